@@ -1,0 +1,11 @@
+//! Checkpoints: what a completed checkpoint records, how it is stored, and the
+//! pure decisions taken on restore.
+
+pub mod blob;
+pub mod fence;
+pub mod manifest;
+pub mod restore;
+pub mod store;
+
+pub use manifest::{BlobRecord, CheckpointKind, Manifest, OperatorRecord};
+pub use store::StateStore;

@@ -1,0 +1,320 @@
+//! The state store: checkpoints, blobs and epochs of one job on object storage.
+//!
+//! ```text
+//! {prefix}/{job}/chk-00000000000000000042/_MANIFEST.json
+//! {prefix}/{job}/chk-00000000000000000042/{uid}/{subtask}.arrow
+//! {prefix}/{job}/_epochs/00000000000000000007
+//! ```
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+use crate::checkpoint::blob;
+use crate::checkpoint::fence;
+use crate::checkpoint::manifest::{BlobRecord, Manifest};
+use crate::error::{Error, Result};
+use crate::ids::{CheckpointId, Epoch};
+use crate::store_url::StoreLocation;
+
+const MANIFEST: &str = "_MANIFEST.json";
+const EPOCHS: &str = "_epochs";
+
+/// Checkpoint storage for one job.
+#[derive(Debug, Clone)]
+pub struct StateStore {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    job: String,
+}
+
+impl StateStore {
+    /// The state of job `job` under `location`.
+    pub fn new(location: &StoreLocation, job: &str) -> Self {
+        let root = location.prefix.clone().join(job);
+        StateStore {
+            store: location.store.clone(),
+            root,
+            job: job.to_string(),
+        }
+    }
+
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    fn checkpoint_dir(&self, id: CheckpointId) -> Path {
+        self.root.clone().join(format!("chk-{:020}", id.0))
+    }
+
+    fn manifest_path(&self, id: CheckpointId) -> Path {
+        self.checkpoint_dir(id).join(MANIFEST)
+    }
+
+    /// Writes the state blob of one subtask of one operator.
+    pub async fn put_blob(
+        &self,
+        id: CheckpointId,
+        uid: &str,
+        subtask: usize,
+        bytes: Bytes,
+    ) -> Result<BlobRecord> {
+        let relative = format!("{uid}/{subtask}.arrow");
+        let path = self.checkpoint_dir(id).join(uid).join(format!("{subtask}.arrow"));
+        let record = BlobRecord {
+            uid: uid.to_string(),
+            subtask,
+            path: relative,
+            bytes: bytes.len() as u64,
+            crc32: blob::checksum(&bytes),
+        };
+        self.store
+            .put(&path, PutPayload::from(bytes))
+            .await
+            .map_err(|e| Error::storage("write state blob", &path, e))?;
+        Ok(record)
+    }
+
+    /// Reads a blob and verifies it against its record.
+    pub async fn read_blob(&self, id: CheckpointId, record: &BlobRecord) -> Result<RecordBatch> {
+        let path = self.blob_path(id, record)?;
+        let bytes = self.get(&path, "read state blob").await?;
+        let what = format!("checkpoint {id}, blob '{}'", record.path);
+        if bytes.len() as u64 != record.bytes {
+            return Err(Error::Corrupt(format!(
+                "{what}: {} bytes where the manifest says {}",
+                bytes.len(),
+                record.bytes
+            )));
+        }
+        blob::decode_verified(&bytes, record.crc32, &what)
+    }
+
+    /// The object path of a blob record.
+    pub fn blob_path(&self, id: CheckpointId, record: &BlobRecord) -> Result<Path> {
+        let mut path = self.checkpoint_dir(id);
+        for part in record.path.split('/') {
+            let part = object_store::path::PathPart::parse(part).map_err(|e| {
+                Error::Corrupt(format!("checkpoint {id}: bad blob path '{}': {e}", record.path))
+            })?;
+            path = path.join(part);
+        }
+        Ok(path)
+    }
+
+    /// Writes a manifest with create-only semantics: the checkpoint exists
+    /// from this moment on, and a second writer of the same id is refused.
+    pub async fn write_manifest(&self, manifest: &Manifest) -> Result<()> {
+        let path = self.manifest_path(manifest.checkpoint);
+        let json = serde_json::to_vec_pretty(manifest)
+            .map_err(|e| Error::Internal(format!("manifest does not serialise: {e}")))?;
+        let options = PutOptions::from(PutMode::Create);
+        match self
+            .store
+            .put_opts(&path, PutPayload::from(json), options)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::AlreadyExists { .. }) => Err(Error::Fenced {
+                job: self.job.clone(),
+                mine: manifest.epoch,
+                newer: self.latest_epoch().await?.unwrap_or(manifest.epoch),
+            }),
+            Err(e) => Err(Error::storage("write manifest", &path, e)),
+        }
+    }
+
+    /// Reads and parses the manifest of checkpoint `id`.
+    pub async fn read_manifest(&self, id: CheckpointId) -> Result<Manifest> {
+        let path = self.manifest_path(id);
+        let bytes = self.get(&path, "read manifest").await?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Corrupt(format!("checkpoint {id}: manifest '{path}' is not valid: {e}")))
+    }
+
+    /// Ids of every checkpoint that has a manifest, and of every checkpoint
+    /// folder (with or without one), both ascending.
+    pub async fn list_checkpoints(&self) -> Result<(Vec<CheckpointId>, Vec<CheckpointId>)> {
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&self.root))
+            .try_collect()
+            .await
+            .map_err(|e| Error::storage("list checkpoints", &self.root, e))?;
+        let mut complete = BTreeSet::new();
+        let mut folders = BTreeSet::new();
+        let depth = self.root.parts().count();
+        for object in objects {
+            let parts: Vec<_> = object.location.parts().skip(depth).collect();
+            let Some(id) = parts.first().and_then(|p| parse_checkpoint_folder(p.as_ref())) else {
+                continue;
+            };
+            folders.insert(id);
+            if parts.len() == 2 && parts[1].as_ref() == MANIFEST {
+                complete.insert(id);
+            }
+        }
+        Ok((complete.into_iter().collect(), folders.into_iter().collect()))
+    }
+
+    /// Deletes everything of checkpoint `id`.
+    pub async fn delete_checkpoint(&self, id: CheckpointId) -> Result<()> {
+        let dir = self.checkpoint_dir(id);
+        // The manifest goes first: a half-deleted checkpoint must not look complete.
+        match self.store.delete(&self.manifest_path(id)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(Error::storage("delete manifest", self.manifest_path(id), e)),
+        }
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| Error::storage("list checkpoint", &dir, e))?;
+        for object in objects {
+            match self.store.delete(&object.location).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(Error::storage("delete checkpoint object", object.location, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Every epoch taken so far.
+    pub async fn epochs(&self) -> Result<Vec<Epoch>> {
+        let dir = self.root.clone().join(EPOCHS);
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| Error::storage("list epochs", &dir, e))?;
+        Ok(objects
+            .iter()
+            .filter_map(|o| o.location.filename()?.parse().ok().map(Epoch))
+            .collect())
+    }
+
+    async fn latest_epoch(&self) -> Result<Option<Epoch>> {
+        Ok(self.epochs().await?.into_iter().max())
+    }
+
+    /// Takes the job: claims the epoch after the newest one, create-only, so
+    /// two workers starting at once never share an epoch.
+    pub async fn claim_epoch(&self) -> Result<Epoch> {
+        loop {
+            let next = fence::next_epoch(&self.epochs().await?);
+            let path = self.root.clone().join(EPOCHS).join(format!("{:020}", next.0));
+            let options = PutOptions::from(PutMode::Create);
+            match self.store.put_opts(&path, PutPayload::default(), options).await {
+                Ok(_) => return Ok(next),
+                Err(object_store::Error::AlreadyExists { .. }) => continue,
+                Err(e) => return Err(Error::storage("claim epoch", &path, e)),
+            }
+        }
+    }
+
+    /// Refuses with [`Error::Fenced`] when a newer epoch than `mine` exists.
+    pub async fn check_epoch(&self, mine: Epoch) -> Result<()> {
+        fence::check(&self.job, mine, &self.epochs().await?)
+    }
+
+    async fn get(&self, path: &Path, action: &'static str) -> Result<Bytes> {
+        let result = self
+            .store
+            .get(path)
+            .await
+            .map_err(|e| Error::storage(action, path, e))?;
+        result
+            .bytes()
+            .await
+            .map_err(|e| Error::storage(action, path, e))
+    }
+}
+
+fn parse_checkpoint_folder(name: &str) -> Option<CheckpointId> {
+    name.strip_prefix("chk-")?.parse().ok().map(CheckpointId)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use object_store::memory::InMemory;
+
+    use super::*;
+    use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT};
+
+    fn store() -> StateStore {
+        let location = StoreLocation {
+            store: Arc::new(InMemory::new()),
+            prefix: Path::from("state"),
+            display: "memory://state".into(),
+        };
+        StateStore::new(&location, "job")
+    }
+
+    fn manifest(id: u64, epoch: u64) -> Manifest {
+        Manifest {
+            format: MANIFEST_FORMAT,
+            job: "job".into(),
+            checkpoint: CheckpointId(id),
+            kind: CheckpointKind::Periodic,
+            epoch: Epoch(epoch),
+            created_at_ms: 0,
+            fingerprint: String::new(),
+            operators: vec![],
+            blobs: vec![],
+            commits: vec![],
+            rows_read: id * 10,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_manifest_is_written_once_and_a_second_writer_is_refused() {
+        let store = store();
+        store.claim_epoch().await.unwrap();
+        store.write_manifest(&manifest(7, 1)).await.unwrap();
+
+        let mut other = manifest(7, 1);
+        other.rows_read = 999;
+        let err = store.write_manifest(&other).await.unwrap_err();
+        assert!(matches!(err, Error::Fenced { .. }), "{err}");
+        // The first manifest is untouched.
+        assert_eq!(store.read_manifest(CheckpointId(7)).await.unwrap().rows_read, 70);
+    }
+
+    #[tokio::test]
+    async fn only_folders_with_a_manifest_count_as_checkpoints() {
+        let store = store();
+        store.write_manifest(&manifest(1, 1)).await.unwrap();
+        store
+            .put_blob(CheckpointId(2), "agg", 0, Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        let (complete, folders) = store.list_checkpoints().await.unwrap();
+        assert_eq!(complete, vec![CheckpointId(1)]);
+        assert_eq!(folders, vec![CheckpointId(1), CheckpointId(2)]);
+
+        store.delete_checkpoint(CheckpointId(1)).await.unwrap();
+        let (complete, _) = store.list_checkpoints().await.unwrap();
+        assert!(complete.is_empty());
+    }
+
+    #[tokio::test]
+    async fn epochs_increase_and_an_older_epoch_is_fenced() {
+        let store = store();
+        let first = store.claim_epoch().await.unwrap();
+        let second = store.claim_epoch().await.unwrap();
+        assert_eq!((first, second), (Epoch(1), Epoch(2)));
+        store.check_epoch(second).await.unwrap();
+        let err = store.check_epoch(first).await.unwrap_err();
+        assert!(err.to_string().contains("epoch 2 took over"), "{err}");
+    }
+}

@@ -1,0 +1,158 @@
+//! The one error type of tidewater, with whose fault it is and whether a retry helps.
+
+use arrow::error::ArrowError;
+
+use crate::ids::{CheckpointId, Epoch};
+
+/// `Result` with tidewater's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Whose fault an error is: tells the reader where to look.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Domain {
+    /// The pipeline, its configuration or its input data: fix and rerun.
+    User,
+    /// A system outside tidewater (storage, a database, the network): often passes.
+    External,
+    /// A bug in tidewater: please report it.
+    Internal,
+}
+
+/// Everything that can go wrong in a tidewater job.
+///
+/// Every message names what was wrong and, where one exists, what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The pipeline as declared cannot run (a bad uid, a missing column, ...).
+    #[error("invalid pipeline: {0}")]
+    InvalidPipeline(String),
+
+    /// A row or batch that an operator cannot take (types, values, parse errors).
+    #[error("bad input: {0}")]
+    BadInput(String),
+
+    /// The checkpointed state does not fit the pipeline that is being restored.
+    #[error(
+        "operator '{uid}': {detail}. The pipeline changed since checkpoint {checkpoint}; \
+         restore with the original pipeline, allow the change explicitly (see RestoreOptions), \
+         or start over with a fresh state location"
+    )]
+    IncompatibleState {
+        /// The operator whose state does not fit.
+        uid: String,
+        /// The checkpoint being restored.
+        checkpoint: CheckpointId,
+        /// What differs.
+        detail: String,
+    },
+
+    /// A checkpoint's data failed verification (checksum, format).
+    #[error("checkpoint data is corrupt: {0}")]
+    Corrupt(String),
+
+    /// A newer worker took over this job; this one must stop without writing.
+    #[error(
+        "fenced: this worker holds epoch {mine} but epoch {newer} took over job '{job}'; \
+         this process stops without writing, the newer worker continues the job"
+    )]
+    Fenced {
+        /// The job.
+        job: String,
+        /// This worker's epoch.
+        mine: Epoch,
+        /// The newer epoch found in the state store.
+        newer: Epoch,
+    },
+
+    /// Reading or writing object storage failed.
+    #[error("storage: {action} '{path}' failed: {source}")]
+    Storage {
+        /// What was being done ("write manifest", "read blob", ...).
+        action: &'static str,
+        /// The object path.
+        path: String,
+        /// The object store's error.
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// An Arrow computation failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] ArrowError),
+
+    /// A connector's external system failed (database, broker, filesystem).
+    #[error("{message}")]
+    External {
+        /// What failed, and what to check.
+        message: String,
+        /// Whether running the job again may succeed.
+        retryable: bool,
+    },
+
+    /// An error raised inside one operator, with where it happened.
+    #[error("operator '{uid}' (subtask {subtask}): {source}")]
+    InOperator {
+        /// The operator's uid.
+        uid: String,
+        /// The subtask index.
+        subtask: usize,
+        /// The underlying error.
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A task stopped because another one failed; the other's error is the cause.
+    #[error("stopped: {0}")]
+    Stopped(String),
+
+    /// A bug: an invariant of the runtime does not hold.
+    #[error("internal error (please report): {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Whose fault this error is.
+    pub fn domain(&self) -> Domain {
+        match self {
+            Error::InvalidPipeline(_) | Error::BadInput(_) | Error::IncompatibleState { .. } => {
+                Domain::User
+            }
+            Error::Corrupt(_) | Error::Fenced { .. } | Error::Storage { .. } => Domain::External,
+            Error::External { .. } => Domain::External,
+            Error::Arrow(_) => Domain::User,
+            Error::InOperator { source, .. } => source.domain(),
+            Error::Internal(_) | Error::Stopped(_) => Domain::Internal,
+        }
+    }
+
+    /// Whether running the job again (it resumes from its checkpoint) may succeed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Storage { .. } => true,
+            Error::External { retryable, .. } => *retryable,
+            Error::InOperator { source, .. } => source.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// Wraps the error with the operator it came from (once: an already wrapped one is kept).
+    pub fn in_operator(self, uid: &str, subtask: usize) -> Error {
+        match self {
+            e @ Error::InOperator { .. } => e,
+            e => Error::InOperator {
+                uid: uid.to_string(),
+                subtask,
+                source: Box::new(e),
+            },
+        }
+    }
+
+    /// An error from a storage call.
+    pub fn storage(action: &'static str, path: impl ToString, source: object_store::Error) -> Self {
+        Error::Storage {
+            action,
+            path: path.to_string(),
+            source,
+        }
+    }
+}

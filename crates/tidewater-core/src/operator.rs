@@ -1,0 +1,120 @@
+//! The [`Operator`] trait: a transform over record batches that may keep checkpointed state.
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+
+use crate::error::{Error, Result};
+
+/// Where an operator instance runs: its uid and which subtask of how many.
+#[derive(Debug, Clone)]
+pub struct TaskContext {
+    /// The job's name.
+    pub job: Arc<str>,
+    /// The operator's stable uid.
+    pub uid: Arc<str>,
+    /// This subtask's index, `0..parallelism`.
+    pub subtask: usize,
+    /// How many subtasks the operator has.
+    pub parallelism: usize,
+}
+
+/// Collects the batches an operator emits for one call.
+#[derive(Debug, Default)]
+pub struct Collector {
+    batches: Vec<RecordBatch>,
+}
+
+impl Collector {
+    /// Emits a batch downstream. Empty batches are dropped.
+    pub fn emit(&mut self, batch: RecordBatch) {
+        if batch.num_rows() > 0 {
+            self.batches.push(batch);
+        }
+    }
+
+    pub(crate) fn take(&mut self) -> Vec<RecordBatch> {
+        std::mem::take(&mut self.batches)
+    }
+}
+
+/// A transform over record batches, run as one instance per subtask.
+///
+/// The runtime calls [`process`](Operator::process) for each batch, and at a
+/// checkpoint barrier (after all inputs aligned) [`snapshot`](Operator::snapshot);
+/// on restore it calls [`restore`](Operator::restore) with what `snapshot`
+/// returned, before any batch. Barrier alignment, storage and restore
+/// selection are the runtime's job: an operator only turns its state into a
+/// `RecordBatch` and back.
+///
+/// # Examples
+///
+/// A stateful operator that numbers rows across restarts:
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow::array::{Int64Array, RecordBatch};
+/// use arrow::datatypes::{DataType, Field, Schema};
+/// use tidewater_core::{Collector, Operator, Result};
+///
+/// #[derive(Default)]
+/// struct RowCounter { seen: i64 }
+///
+/// impl Operator for RowCounter {
+///     fn kind(&self) -> &str { "row-counter" }
+///     fn state_version(&self) -> Option<u32> { Some(1) }
+///     fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+///         self.seen += batch.num_rows() as i64;
+///         out.emit(batch);
+///         Ok(())
+///     }
+///     fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+///         let schema = Arc::new(Schema::new(vec![Field::new("seen", DataType::Int64, false)]));
+///         let seen = Arc::new(Int64Array::from(vec![self.seen]));
+///         Ok(Some(RecordBatch::try_new(schema, vec![seen])?))
+///     }
+///     fn restore(&mut self, state: RecordBatch) -> Result<()> {
+///         let seen = tidewater_core::state::column::<Int64Array>(&state, "seen")?;
+///         self.seen = seen.value(0);
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait Operator: Send + 'static {
+    /// A short name for what this operator is, recorded in every checkpoint so
+    /// that a restore into a different operator is refused.
+    fn kind(&self) -> &str;
+
+    /// The version of the state schema [`snapshot`](Operator::snapshot) writes,
+    /// or `None` when the operator keeps no state. Bump it when the state's
+    /// layout changes: restoring a different version is refused.
+    fn state_version(&self) -> Option<u32> {
+        None
+    }
+
+    /// Processes one batch, emitting any number of batches.
+    fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()>;
+
+    /// Called once when all input has ended; emits what the operator still holds.
+    fn finish(&mut self, _out: &mut Collector) -> Result<()> {
+        Ok(())
+    }
+
+    /// Returns the operator's state as of now, or `None` when it has none.
+    /// Called between batches; should copy, not serialise (the runtime
+    /// encodes and uploads the copy off the task).
+    fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        Ok(None)
+    }
+
+    /// Rebuilds the state from a batch that [`snapshot`](Operator::snapshot) returned.
+    fn restore(&mut self, _state: RecordBatch) -> Result<()> {
+        Err(Error::Internal(format!(
+            "operator kind '{}' received state but does not implement restore",
+            self.kind()
+        )))
+    }
+}
+
+/// Builds one operator instance per subtask.
+pub type OperatorFactory = Arc<dyn Fn(&TaskContext) -> Result<Box<dyn Operator>> + Send + Sync>;

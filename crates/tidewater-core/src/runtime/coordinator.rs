@@ -1,0 +1,305 @@
+//! The checkpoint coordinator: triggers checkpoints at the sources, collects
+//! every task's ack, writes the manifest (the moment the checkpoint exists),
+//! then tells the sinks to commit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::progress::Progress;
+use super::task::{Control, Event};
+use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord};
+use crate::checkpoint::{StateStore, restore};
+use crate::error::{Error, Result};
+use crate::ids::{CheckpointId, Epoch};
+use crate::sink::{CommitHandle, Sink};
+
+/// When periodic checkpoints are taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Trigger {
+    pub interval: Option<Duration>,
+    pub every_rows: Option<u64>,
+}
+
+/// How a run of the coordinator ended.
+pub(crate) enum Ending {
+    Completed { last: CheckpointId },
+    Cancelled { savepoint: CheckpointId },
+}
+
+struct InFlight {
+    id: CheckpointId,
+    kind: CheckpointKind,
+    pending: usize,
+    started: Instant,
+    manifest: Manifest,
+    rows_read_in_run: u64,
+    bytes: u64,
+}
+
+pub(crate) struct Coordinator {
+    pub store: StateStore,
+    pub epoch: Epoch,
+    pub fingerprint: String,
+    pub operators: Vec<OperatorRecord>,
+    pub sinks: HashMap<String, Arc<dyn Sink>>,
+    pub controls: Vec<UnboundedSender<Control>>,
+    pub events: UnboundedReceiver<Event>,
+    pub tasks: JoinSet<Result<()>>,
+    pub task_count: usize,
+    pub trigger: Trigger,
+    pub retain: usize,
+    pub next_id: CheckpointId,
+    pub rows_before_run: u64,
+    pub progress: Arc<Progress>,
+    pub cancel: watch::Receiver<bool>,
+}
+
+impl Coordinator {
+    pub async fn run(mut self) -> Result<Ending> {
+        let result = self.run_inner().await;
+        if result.is_err() {
+            self.tasks.abort_all();
+        }
+        result
+    }
+
+    async fn run_inner(&mut self) -> Result<Ending> {
+        let mut ticker = self.trigger.interval.map(|every| {
+            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticker
+        });
+        let mut row_poll = tokio::time::interval(Duration::from_millis(20));
+        let mut rows_at_last_trigger = self.progress.rows_read();
+        let mut exhausted = 0usize;
+        let mut in_flight: Option<InFlight> = None;
+        let mut cancel_requested = false;
+        let mut finishing = false;
+
+        loop {
+            let idle = in_flight.is_none() && !finishing;
+            // Start what is due: a savepoint on cancel, the final checkpoint
+            // once every source is exhausted.
+            if idle && cancel_requested {
+                in_flight = Some(self.start(CheckpointKind::Savepoint)?);
+                continue;
+            }
+            if idle && exhausted == self.controls.len() {
+                finishing = true;
+                in_flight = Some(self.start(CheckpointKind::Final)?);
+                continue;
+            }
+            tokio::select! {
+                _ = async { ticker.as_mut().expect("guarded").tick().await },
+                    if ticker.is_some() && idle => {
+                    rows_at_last_trigger = self.progress.rows_read();
+                    in_flight = Some(self.start(CheckpointKind::Periodic)?);
+                }
+                _ = row_poll.tick(), if idle && self.trigger.every_rows.is_some() => {
+                    let every = self.trigger.every_rows.unwrap_or(u64::MAX);
+                    if self.progress.rows_read().saturating_sub(rows_at_last_trigger) >= every {
+                        rows_at_last_trigger = self.progress.rows_read();
+                        in_flight = Some(self.start(CheckpointKind::Periodic)?);
+                    }
+                }
+                changed = self.cancel.changed(), if !cancel_requested => {
+                    if changed.is_ok() && *self.cancel.borrow() {
+                        info!("cancel requested: taking a savepoint");
+                        cancel_requested = true;
+                    } else if changed.is_err() {
+                        // The handle was dropped: nobody can cancel any more.
+                        cancel_requested = false;
+                        self.cancel = watch::channel(false).1;
+                    }
+                }
+                event = self.events.recv() => {
+                    match event {
+                        Some(Event::SourceExhausted) => exhausted += 1,
+                        Some(Event::Ack(ack)) => {
+                            let Some(flight) = in_flight.as_mut() else {
+                                return Err(Error::Internal(format!("ack for checkpoint {} with none in flight", ack.checkpoint)));
+                            };
+                            if flight.id != ack.checkpoint {
+                                return Err(Error::Internal(format!(
+                                    "ack for checkpoint {} while {} is in flight", ack.checkpoint, flight.id
+                                )));
+                            }
+                            let data = ack.result?;
+                            flight.bytes += data.blobs.iter().map(|b| b.bytes).sum::<u64>();
+                            flight.manifest.blobs.extend(data.blobs);
+                            flight.manifest.commits.extend(data.commits);
+                            flight.rows_read_in_run += data.rows_read;
+                            flight.pending -= 1;
+                            if flight.pending == 0 {
+                                let flight = in_flight.take().expect("in flight");
+                                let kind = flight.kind;
+                                let id = flight.id;
+                                self.complete(flight).await?;
+                                match kind {
+                                    CheckpointKind::Periodic => {}
+                                    CheckpointKind::Savepoint => {
+                                        self.tasks.abort_all();
+                                        return Ok(Ending::Cancelled { savepoint: id });
+                                    }
+                                    CheckpointKind::Final => {
+                                        self.join_tasks().await?;
+                                        return Ok(Ending::Completed { last: id });
+                                    }
+                                }
+                            }
+                        }
+                        None => return Err(Error::Internal("every task dropped its event channel".into())),
+                    }
+                }
+                Some(joined) = self.tasks.join_next() => {
+                    let result = joined.map_err(|e| Error::Internal(format!("a task panicked: {e}")))
+                        .and_then(|r| r);
+                    if let Err(error) = result {
+                        return Err(self.root_cause(error).await);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends checkpoint triggers (or the finish signal) to every source.
+    fn start(&mut self, kind: CheckpointKind) -> Result<InFlight> {
+        let id = self.next_id;
+        self.next_id = id.next();
+        for control in &self.controls {
+            let message = match kind {
+                CheckpointKind::Final => Control::Finish(id),
+                _ => Control::Trigger {
+                    checkpoint: id,
+                    pause: kind == CheckpointKind::Savepoint,
+                },
+            };
+            control
+                .send(message)
+                .map_err(|_| Error::Stopped("a source task stopped".into()))?;
+        }
+        let created_at_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or_default();
+        Ok(InFlight {
+            id,
+            kind,
+            pending: self.task_count,
+            started: Instant::now(),
+            rows_read_in_run: 0,
+            bytes: 0,
+            manifest: Manifest {
+                format: MANIFEST_FORMAT,
+                job: self.store.job().to_string(),
+                checkpoint: id,
+                kind,
+                epoch: self.epoch,
+                created_at_ms,
+                fingerprint: self.fingerprint.clone(),
+                operators: self.operators.clone(),
+                blobs: Vec::new(),
+                commits: Vec::new(),
+                rows_read: 0,
+            },
+        })
+    }
+
+    /// Makes the checkpoint exist (fenced, create-only), then commits its sink work.
+    async fn complete(&mut self, flight: InFlight) -> Result<()> {
+        let mut manifest = flight.manifest;
+        manifest.rows_read = self.rows_before_run + flight.rows_read_in_run;
+        manifest.blobs.sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
+        manifest
+            .commits
+            .sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
+        self.store.check_epoch(self.epoch).await?;
+        self.store.write_manifest(&manifest).await?;
+        let took = flight.started.elapsed();
+        commit_all(&self.sinks, &manifest.commits).await?;
+        self.progress
+            .checkpoint_completed(manifest.checkpoint.0, manifest.rows_read, took);
+        info!(
+            checkpoint = manifest.checkpoint.0,
+            kind = ?manifest.kind,
+            took_ms = took.as_millis() as u64,
+            state_bytes = flight.bytes,
+            commits = manifest.commits.len(),
+            rows_read = manifest.rows_read,
+            "checkpoint complete"
+        );
+        self.apply_retention().await;
+        Ok(())
+    }
+
+    async fn apply_retention(&self) {
+        let result = async {
+            let (complete, folders) = self.store.list_checkpoints().await?;
+            for victim in restore::retention_victims(&complete, &folders, self.retain) {
+                self.store.delete_checkpoint(victim).await?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        if let Err(e) = result {
+            // Old checkpoints cost space, not correctness: retry at the next one.
+            warn!(error = %e, "could not delete old checkpoints");
+        }
+    }
+
+    async fn join_tasks(&mut self) -> Result<()> {
+        while let Some(joined) = self.tasks.join_next().await {
+            joined.map_err(|e| Error::Internal(format!("a task panicked: {e}")))??;
+        }
+        Ok(())
+    }
+
+    /// After one task failed, stop the others and report the error that caused
+    /// it, not the "downstream stopped" errors it set off.
+    async fn root_cause(&mut self, first: Error) -> Error {
+        self.tasks.abort_all();
+        let mut best = first;
+        while let Some(joined) = self.tasks.join_next().await {
+            if let Ok(Err(error)) = joined
+                && is_secondary(&best)
+                && !is_secondary(&error)
+            {
+                best = error;
+            }
+        }
+        best
+    }
+}
+
+fn is_secondary(error: &Error) -> bool {
+    match error {
+        Error::Stopped(_) => true,
+        Error::InOperator { source, .. } => is_secondary(source),
+        _ => false,
+    }
+}
+
+/// Commits sink handles (idempotent), in a stable order.
+pub(crate) async fn commit_all(
+    sinks: &HashMap<String, Arc<dyn Sink>>,
+    commits: &[CommitHandle],
+) -> Result<()> {
+    for handle in commits {
+        let sink = sinks.get(&handle.uid).ok_or_else(|| Error::IncompatibleState {
+            uid: handle.uid.clone(),
+            checkpoint: handle.checkpoint,
+            detail: "has pre-committed output in the checkpoint but is no longer a sink of the pipeline"
+                .into(),
+        })?;
+        sink.commit(handle)
+            .await
+            .map_err(|e| e.in_operator(&handle.uid, handle.subtask))?;
+    }
+    Ok(())
+}

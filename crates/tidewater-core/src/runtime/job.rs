@@ -1,0 +1,582 @@
+//! A built pipeline ([`Job`]): how it is configured, started, watched and cancelled.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tracing::{info, warn};
+
+use super::chain::{ChainedOperator, OperatorChain};
+use super::coordinator::{Coordinator, Ending, Trigger};
+use super::input_gate::InputGate;
+use super::message::Message;
+use super::output::{Output, Route};
+use super::progress::{Progress, ProgressSnapshot};
+use super::restore::{RestoreResult, Restored, restore};
+use super::task::{SourceTask, SplitState, Tail, TaskCore, run_input_task};
+use crate::checkpoint::StateStore;
+use crate::checkpoint::manifest::OperatorRecord;
+use crate::checkpoint::restore::{RestoreOptions, Role};
+use crate::error::{Error, Result};
+use crate::ids::{CheckpointId, Epoch};
+use crate::operator::{Operator, TaskContext};
+use crate::pipeline::Partitioning;
+use crate::pipeline::graph::{ChainPlan, Node, NodeBody, plan_chains};
+use crate::sink::Sink;
+use crate::store_url::{StoreLocation, open_location};
+
+/// How a job runs: where its state lives and when it checkpoints.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tidewater_core::JobConfig;
+///
+/// let config = JobConfig::new("memory://")
+///     .unwrap()
+///     .checkpoint_interval(Some(Duration::from_secs(10)))
+///     .retain(3);
+/// assert_eq!(config.interval(), Some(Duration::from_secs(10)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    state: StoreLocation,
+    interval: Option<Duration>,
+    every_rows: Option<u64>,
+    retain: usize,
+    channel_capacity: usize,
+    restore: RestoreOptions,
+}
+
+impl JobConfig {
+    /// State under `location`: a local folder, `file://` or `memory://` URL.
+    /// Defaults: a checkpoint every 10 s, the last 3 kept.
+    pub fn new(location: &str) -> Result<Self> {
+        Ok(Self::with_location(open_location(location)?))
+    }
+
+    /// State in an already opened store.
+    pub fn with_location(state: StoreLocation) -> Self {
+        JobConfig {
+            state,
+            interval: Some(Duration::from_secs(10)),
+            every_rows: None,
+            retain: 3,
+            channel_capacity: 4,
+            restore: RestoreOptions::default(),
+        }
+    }
+
+    /// Time between checkpoints; `None` turns periodic checkpoints off (a
+    /// final checkpoint and savepoints are still taken).
+    pub fn checkpoint_interval(mut self, interval: Option<Duration>) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Also checkpoint after this many rows read since the last trigger.
+    pub fn checkpoint_every_rows(mut self, rows: Option<u64>) -> Self {
+        self.every_rows = rows.filter(|r| *r > 0);
+        self
+    }
+
+    /// How many completed checkpoints to keep (at least 1; default 3).
+    pub fn retain(mut self, checkpoints: usize) -> Self {
+        self.retain = checkpoints.max(1);
+        self
+    }
+
+    /// Batches buffered per channel (default 4): the backpressure window.
+    pub fn channel_capacity(mut self, batches: usize) -> Self {
+        self.channel_capacity = batches.max(1);
+        self
+    }
+
+    /// Which pipeline changes a restore accepts.
+    pub fn restore_options(mut self, options: RestoreOptions) -> Self {
+        self.restore = options;
+        self
+    }
+
+    /// The periodic interval.
+    pub fn interval(&self) -> Option<Duration> {
+        self.interval
+    }
+
+    /// Where state lives.
+    pub fn state_location(&self) -> &StoreLocation {
+        &self.state
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// All input was processed and the final checkpoint committed.
+    Completed(Summary),
+    /// The state shows the job completed in an earlier run; nothing was done.
+    AlreadyComplete {
+        /// The final checkpoint.
+        checkpoint: CheckpointId,
+    },
+    /// Cancelled at a savepoint; running the job again resumes from it.
+    Cancelled {
+        /// The savepoint.
+        savepoint: CheckpointId,
+        /// What this run did.
+        summary: Summary,
+    },
+}
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// The checkpoint this run resumed from.
+    pub restored_from: Option<CheckpointId>,
+    /// The last checkpoint of this run.
+    pub last_checkpoint: CheckpointId,
+    /// The worker's epoch.
+    pub epoch: Epoch,
+    /// Counters at the end.
+    pub progress: ProgressSnapshot,
+}
+
+/// A pipeline ready to run: built by [`Pipeline::build`](crate::Pipeline::build).
+pub struct Job {
+    name: String,
+    nodes: Vec<Node>,
+    parallelism: Vec<usize>,
+    chains: Vec<ChainPlan>,
+}
+
+/// A running job.
+pub struct JobHandle {
+    control: JobControl,
+    join: tokio::task::JoinHandle<Result<Outcome>>,
+}
+
+/// Watches and cancels a running job; cheap to clone and keep while
+/// [`JobHandle::join`] is awaited.
+#[derive(Debug, Clone)]
+pub struct JobControl {
+    progress: Arc<Progress>,
+    cancel: Arc<watch::Sender<bool>>,
+}
+
+impl JobControl {
+    /// Live counters.
+    pub fn progress(&self) -> ProgressSnapshot {
+        self.progress.snapshot()
+    }
+
+    /// Asks the job to take a savepoint and stop. Returns at once;
+    /// [`JobHandle::join`] returns [`Outcome::Cancelled`] once the savepoint is complete.
+    pub fn cancel(&self) {
+        let _ = self.cancel.send(true);
+    }
+}
+
+impl JobHandle {
+    /// A control for watching and cancelling the job.
+    pub fn control(&self) -> JobControl {
+        self.control.clone()
+    }
+
+    /// Live counters.
+    pub fn progress(&self) -> ProgressSnapshot {
+        self.control.progress()
+    }
+
+    /// Asks the job to take a savepoint and stop (see [`JobControl::cancel`]).
+    pub fn cancel(&self) {
+        self.control.cancel()
+    }
+
+    /// Waits for the job to end.
+    pub async fn join(self) -> Result<Outcome> {
+        self.join
+            .await
+            .map_err(|e| Error::Internal(format!("the job task panicked: {e}")))?
+    }
+}
+
+impl Job {
+    pub(crate) fn new(name: String, default_parallelism: usize, nodes: Vec<Node>) -> Result<Self> {
+        let parallelism: Vec<usize> = nodes
+            .iter()
+            .map(|n| n.parallelism.unwrap_or(default_parallelism))
+            .collect();
+        // A forward edge between unequal parallelism becomes round-robin.
+        let mut nodes = nodes;
+        for id in 0..nodes.len() {
+            for e in 0..nodes[id].inputs.len() {
+                let from = nodes[id].inputs[e].from;
+                if nodes[id].inputs[e].partitioning == Partitioning::Forward
+                    && parallelism[from] != parallelism[id]
+                {
+                    nodes[id].inputs[e].partitioning = Partitioning::Rebalance;
+                }
+            }
+        }
+        let chains = plan_chains(&nodes, &parallelism);
+        Ok(Job {
+            name,
+            nodes,
+            parallelism,
+            chains,
+        })
+    }
+
+    /// The job's name (its folder in the state store).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Runs the job to its end on the current tokio runtime.
+    pub async fn run(self, config: JobConfig) -> Result<Outcome> {
+        self.start(config).join().await
+    }
+
+    /// Starts the job on the current tokio runtime.
+    pub fn start(self, config: JobConfig) -> JobHandle {
+        let progress = Arc::new(Progress::new(0));
+        let (cancel, cancel_rx) = watch::channel(false);
+        let join = tokio::spawn(run(self, config, progress.clone(), cancel_rx));
+        JobHandle {
+            control: JobControl {
+                progress,
+                cancel: Arc::new(cancel),
+            },
+            join,
+        }
+    }
+}
+
+/// The records the manifest keeps per operator, with each one's role.
+fn describe(job: &Job, operators: &HashMap<usize, Vec<Box<dyn Operator>>>) -> Vec<(OperatorRecord, Role)> {
+    job.nodes
+        .iter()
+        .enumerate()
+        .map(|(id, node)| {
+            let (kind, state_version, role) = match &node.body {
+                NodeBody::Source(source) => (format!("source:{}", source.kind()), Some(1), Role::Source),
+                NodeBody::Sink(sink) => (format!("sink:{}", sink.kind()), None, Role::Sink),
+                NodeBody::Operator(_) => {
+                    let first = &operators[&id][0];
+                    (first.kind().to_string(), first.state_version(), Role::Operator)
+                }
+            };
+            let record = OperatorRecord {
+                uid: node.uid.clone(),
+                kind,
+                state_version,
+                parallelism: job.parallelism[id],
+            };
+            (record, role)
+        })
+        .collect()
+}
+
+fn fingerprint(job: &Job, records: &[(OperatorRecord, Role)]) -> String {
+    let mut hasher = foldhash::fast::FixedState::with_seed(1).build_hasher();
+    for (record, _) in records {
+        (&record.uid, &record.kind, record.state_version, record.parallelism).hash(&mut hasher);
+    }
+    for node in &job.nodes {
+        for edge in &node.inputs {
+            (&job.nodes[edge.from].uid, &node.uid, format!("{:?}", edge.partitioning)).hash(&mut hasher);
+        }
+    }
+    format!("{:016x}", hasher.finish())
+}
+
+async fn run(
+    job: Job,
+    config: JobConfig,
+    progress: Arc<Progress>,
+    cancel: watch::Receiver<bool>,
+) -> Result<Outcome> {
+    let store = StateStore::new(&config.state, &job.name);
+    let epoch = store.claim_epoch().await?;
+    info!(job = %job.name, epoch = epoch.0, state = %config.state.display, "job starting");
+
+    // One operator instance per subtask, created up front: a failing factory
+    // fails the job before anything runs.
+    let mut operators: HashMap<usize, Vec<Box<dyn Operator>>> = HashMap::new();
+    for (id, node) in job.nodes.iter().enumerate() {
+        if let NodeBody::Operator(factory) = &node.body {
+            let mut instances = Vec::new();
+            for subtask in 0..job.parallelism[id] {
+                let ctx = context(&job, id, subtask);
+                instances.push(factory(&ctx).map_err(|e| e.in_operator(&node.uid, subtask))?);
+            }
+            operators.insert(id, instances);
+        }
+    }
+    let records = describe(&job, &operators);
+    let sinks: HashMap<String, Arc<dyn Sink>> = job
+        .nodes
+        .iter()
+        .filter_map(|n| match &n.body {
+            NodeBody::Sink(sink) => Some((n.uid.clone(), sink.clone())),
+            _ => None,
+        })
+        .collect();
+
+    let restored = match restore(&store, &records, &sinks, config.restore).await? {
+        RestoreResult::AlreadyComplete(checkpoint) => {
+            info!(checkpoint = checkpoint.0, "the job already completed; nothing to do");
+            return Ok(Outcome::AlreadyComplete { checkpoint });
+        }
+        RestoreResult::Run(restored) => restored,
+    };
+    for (uid, sink) in &sinks {
+        sink.abort_uncommitted(uid)
+            .await
+            .map_err(|e| e.in_operator(uid, 0))?;
+    }
+    progress.set_baseline(restored.rows_read, restored.checkpoint.map_or(0, |c| c.0));
+
+    let wiring = wire(&job, &config, &store, operators, &restored, progress.clone(), &sinks).await?;
+    let coordinator = Coordinator {
+        store,
+        epoch,
+        fingerprint: fingerprint(&job, &records),
+        operators: records.into_iter().map(|(r, _)| r).collect(),
+        sinks,
+        controls: wiring.controls,
+        events: wiring.events,
+        tasks: wiring.tasks,
+        task_count: wiring.task_count,
+        trigger: Trigger {
+            interval: config.interval,
+            every_rows: config.every_rows,
+        },
+        retain: config.retain,
+        next_id: restored.next_id,
+        rows_before_run: restored.rows_read,
+        progress: progress.clone(),
+        cancel,
+    };
+    let ending = coordinator.run().await?;
+    let summary = |last| Summary {
+        restored_from: restored.checkpoint,
+        last_checkpoint: last,
+        epoch,
+        progress: progress.snapshot(),
+    };
+    Ok(match ending {
+        Ending::Completed { last } => {
+            info!(checkpoint = last.0, "job complete");
+            Outcome::Completed(summary(last))
+        }
+        Ending::Cancelled { savepoint } => {
+            info!(savepoint = savepoint.0, "job cancelled at a savepoint");
+            Outcome::Cancelled {
+                savepoint,
+                summary: summary(savepoint),
+            }
+        }
+    })
+}
+
+fn context(job: &Job, node: usize, subtask: usize) -> TaskContext {
+    TaskContext {
+        job: job.name.as_str().into(),
+        uid: job.nodes[node].uid.as_str().into(),
+        subtask,
+        parallelism: job.parallelism[node],
+    }
+}
+
+struct Wiring {
+    controls: Vec<mpsc::UnboundedSender<super::task::Control>>,
+    events: mpsc::UnboundedReceiver<super::task::Event>,
+    tasks: JoinSet<Result<()>>,
+    task_count: usize,
+}
+
+/// Creates the channels between chains and spawns one task per chain subtask.
+async fn wire(
+    job: &Job,
+    config: &JobConfig,
+    store: &StateStore,
+    mut operators: HashMap<usize, Vec<Box<dyn Operator>>>,
+    restored: &Restored,
+    progress: Arc<Progress>,
+    sinks: &HashMap<String, Arc<dyn Sink>>,
+) -> Result<Wiring> {
+    // Per chain: the receivers of each subtask, and for each upstream chain the
+    // senders it uses to reach them.
+    let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> = job
+        .chains
+        .iter()
+        .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    // routes[upstream chain][upstream subtask] = routes out of it.
+    let mut routes: Vec<Vec<Vec<Route>>> = job
+        .chains
+        .iter()
+        .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
+        .collect();
+    for (down, chain) in job.chains.iter().enumerate() {
+        for (up, partitioning) in &chain.inputs {
+            for up_subtask in 0..job.chains[*up].parallelism {
+                let mut senders = Vec::with_capacity(chain.parallelism);
+                for down_subtask in 0..chain.parallelism {
+                    let (tx, rx) = mpsc::channel(config.channel_capacity);
+                    let forward = *partitioning == Partitioning::Forward;
+                    if forward && down_subtask != up_subtask {
+                        // Forward edges connect equal subtasks only.
+                        senders.push(tx);
+                        continue;
+                    }
+                    senders.push(tx);
+                    receivers[down][down_subtask].push(rx);
+                }
+                routes[*up][up_subtask].push(Route::new(partitioning, senders, up_subtask));
+            }
+        }
+    }
+
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let mut controls = Vec::new();
+    let mut tasks = JoinSet::new();
+    let mut task_count = 0;
+    for (c, chain) in job.chains.iter().enumerate() {
+        let head = chain.nodes[0];
+        let last = *chain.nodes.last().expect("chains are not empty");
+        // Sources: assign splits round-robin, with their restored cursors.
+        let splits = match &job.nodes[head].body {
+            NodeBody::Source(source) => Some(assign_splits(job, head, source.as_ref(), restored).await?),
+            _ => None,
+        };
+        if let Some(all) = &splits {
+            let total: u64 = all.iter().flatten().filter_map(|s| s.split.estimated_rows).sum();
+            progress.set_total(progress.snapshot().rows_total + total);
+        }
+        for subtask in (0..chain.parallelism).rev() {
+            let mut chained = Vec::new();
+            for node in &chain.nodes {
+                if let Some(instances) = operators.get_mut(node) {
+                    let uid: Arc<str> = job.nodes[*node].uid.as_str().into();
+                    let mut operator = instances.pop().expect("one instance per subtask");
+                    if let Some(state) = restored.operator_state.get(&(uid.to_string(), subtask)) {
+                        operator
+                            .restore(state.clone())
+                            .map_err(|e| e.in_operator(&uid, subtask))?;
+                    }
+                    chained.push(ChainedOperator { uid, operator });
+                }
+            }
+            let tail = match &job.nodes[last].body {
+                NodeBody::Sink(_) => {
+                    let uid = job.nodes[last].uid.clone();
+                    let ctx = context(job, last, subtask);
+                    let writer = sinks[&uid]
+                        .open_writer(&ctx)
+                        .await
+                        .map_err(|e| e.in_operator(&uid, subtask))?;
+                    Tail::Sink {
+                        uid: uid.as_str().into(),
+                        writer,
+                    }
+                }
+                _ => Tail::Channels(Output::new(std::mem::take(&mut routes[c][subtask]))),
+            };
+            let core = TaskCore {
+                chain: OperatorChain {
+                    operators: chained,
+                    subtask,
+                },
+                tail,
+                store: store.clone(),
+                events: events_tx.clone(),
+                progress: progress.clone(),
+            };
+            task_count += 1;
+            match (&job.nodes[head].body, &splits) {
+                (NodeBody::Source(source), Some(all)) => {
+                    let (control_tx, control_rx) = mpsc::unbounded_channel();
+                    controls.push(control_tx);
+                    let task = SourceTask {
+                        uid: job.nodes[head].uid.as_str().into(),
+                        source: source.clone(),
+                        splits: all[subtask].clone(),
+                        control: control_rx,
+                        core,
+                    };
+                    tasks.spawn(task.run());
+                }
+                _ => {
+                    let gate = InputGate::new(std::mem::take(&mut receivers[c][subtask]));
+                    tasks.spawn(run_input_task(core, gate));
+                }
+            }
+        }
+    }
+    Ok(Wiring {
+        controls,
+        events,
+        tasks,
+        task_count,
+    })
+}
+
+/// The splits of each source subtask (split j goes to subtask j % parallelism),
+/// with cursors from the checkpoint. A checkpoint whose splits differ from the
+/// source's is refused: its cursors would point into other data.
+async fn assign_splits(
+    job: &Job,
+    node: usize,
+    source: &dyn crate::source::Source,
+    restored: &Restored,
+) -> Result<Vec<Vec<SplitState>>> {
+    let uid = &job.nodes[node].uid;
+    let splits = source.splits().await.map_err(|e| e.in_operator(uid, 0))?;
+    let parallelism = job.parallelism[node];
+    let empty = BTreeMap::new();
+    let cursors = restored.cursors.get(uid).unwrap_or(&empty);
+    if let Some(checkpoint) = restored.checkpoint.filter(|_| !cursors.is_empty()) {
+        let now: Vec<&str> = splits.iter().map(|s| s.id.as_str()).collect();
+        let then: Vec<&str> = cursors.keys().map(String::as_str).collect();
+        let mut now_sorted = now.clone();
+        now_sorted.sort_unstable();
+        if now_sorted != then {
+            let missing = then.iter().find(|id| !now.contains(id));
+            let added = now.iter().find(|id| !then.contains(id));
+            return Err(Error::IncompatibleState {
+                uid: uid.clone(),
+                checkpoint,
+                detail: format!(
+                    "the source's splits changed ({} in the checkpoint, {} now; e.g. {} ...): \
+                     was the source's configuration (rows, keys, files, key range) changed?",
+                    then.len(),
+                    now.len(),
+                    match (missing, added) {
+                        (Some(m), _) => format!("'{m}' is gone"),
+                        (None, Some(a)) => format!("'{a}' is new"),
+                        (None, None) => "the order differs".into(),
+                    }
+                ),
+            });
+        }
+    } else if restored.checkpoint.is_some() {
+        warn!(source = %uid, "source has no cursors in the checkpoint: reading from the start");
+    }
+    let mut assigned: Vec<Vec<SplitState>> = (0..parallelism).map(|_| Vec::new()).collect();
+    for (j, split) in splits.into_iter().enumerate() {
+        let (cursor, done) = cursors.get(&split.id).cloned().unwrap_or((None, false));
+        assigned[j % parallelism].push(SplitState {
+            split,
+            cursor,
+            done,
+        });
+    }
+    Ok(assigned)
+}

@@ -1,0 +1,139 @@
+//! Sends a task's output along its edges: forward, by key hash, or round-robin.
+
+use arrow::record_batch::RecordBatch;
+use tokio::sync::mpsc::Sender;
+
+use super::message::Message;
+use crate::error::{Error, Result};
+use crate::partition::partition_batch;
+use crate::pipeline::Partitioning;
+
+/// One outgoing edge of a task.
+pub(crate) enum Route {
+    Forward(Sender<Message>),
+    Rebalance {
+        senders: Vec<Sender<Message>>,
+        next: usize,
+    },
+    Hash {
+        senders: Vec<Sender<Message>>,
+        columns: Vec<String>,
+        /// Key column positions, resolved on the first batch.
+        indices: Option<Vec<usize>>,
+        scratch: Vec<u64>,
+    },
+}
+
+impl Route {
+    /// A route to `senders` (one per downstream subtask) for this task's `subtask`.
+    pub fn new(partitioning: &Partitioning, mut senders: Vec<Sender<Message>>, subtask: usize) -> Self {
+        match partitioning {
+            Partitioning::Forward => Route::Forward(senders.swap_remove(subtask)),
+            Partitioning::Rebalance => Route::Rebalance {
+                senders,
+                next: subtask,
+            },
+            Partitioning::Hash(columns) => Route::Hash {
+                senders,
+                columns: columns.clone(),
+                indices: None,
+                scratch: Vec::new(),
+            },
+        }
+    }
+
+    fn senders(&self) -> &[Sender<Message>] {
+        match self {
+            Route::Forward(sender) => std::slice::from_ref(sender),
+            Route::Rebalance { senders, .. } | Route::Hash { senders, .. } => senders,
+        }
+    }
+
+    async fn send(&mut self, batch: RecordBatch) -> Result<()> {
+        match self {
+            Route::Forward(sender) => deliver(sender, Message::Batch(batch)).await,
+            Route::Rebalance { senders, next } => {
+                *next = (*next + 1) % senders.len();
+                deliver(&senders[*next], Message::Batch(batch)).await
+            }
+            Route::Hash {
+                senders,
+                columns,
+                indices,
+                scratch,
+            } => {
+                if indices.is_none() {
+                    let schema = batch.schema();
+                    let resolved = columns
+                        .iter()
+                        .map(|c| {
+                            schema.index_of(c).map_err(|_| {
+                                Error::BadInput(format!(
+                                    "key_by column '{c}' is not in the stream (columns: {})",
+                                    schema
+                                        .fields()
+                                        .iter()
+                                        .map(|f| f.name().as_str())
+                                        .collect::<Vec<_>>()
+                                        .join(", ")
+                                ))
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    *indices = Some(resolved);
+                }
+                let parts = partition_batch(
+                    &batch,
+                    indices.as_deref().unwrap_or_default(),
+                    senders.len(),
+                    scratch,
+                )?;
+                for (part, sender) in parts.into_iter().zip(senders.iter()) {
+                    if let Some(part) = part {
+                        deliver(sender, Message::Batch(part)).await?;
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn deliver(sender: &Sender<Message>, message: Message) -> Result<()> {
+    sender
+        .send(message)
+        .await
+        .map_err(|_| Error::Stopped("a downstream task stopped".into()))
+}
+
+/// All outgoing edges of a task.
+pub(crate) struct Output {
+    routes: Vec<Route>,
+}
+
+impl Output {
+    pub fn new(routes: Vec<Route>) -> Self {
+        Output { routes }
+    }
+
+    /// Sends a batch along every edge.
+    pub async fn send(&mut self, batch: RecordBatch) -> Result<()> {
+        if let [route] = self.routes.as_mut_slice() {
+            return route.send(batch).await;
+        }
+        for route in &mut self.routes {
+            route.send(batch.clone()).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends a barrier or end marker to every downstream subtask.
+    pub async fn broadcast(&mut self, message: Message) -> Result<()> {
+        for route in &self.routes {
+            for sender in route.senders() {
+                deliver(sender, message.clone()).await?;
+            }
+        }
+        Ok(())
+    }
+}

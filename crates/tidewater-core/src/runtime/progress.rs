@@ -1,0 +1,110 @@
+//! Live counters of a running job, shared with its handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Counters a job updates as it runs; read them through [`JobHandle::progress`](crate::JobHandle::progress).
+#[derive(Debug)]
+pub struct Progress {
+    started: Instant,
+    rows_read: AtomicU64,
+    rows_written: AtomicU64,
+    rows_total: AtomicU64,
+    checkpoints: AtomicU64,
+    last_checkpoint: AtomicU64,
+    rows_at_last_checkpoint: AtomicU64,
+    last_checkpoint_at_ms: AtomicU64,
+    last_checkpoint_ms: AtomicU64,
+}
+
+/// A consistent-enough reading of [`Progress`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressSnapshot {
+    /// Rows the sources emitted, including those before a restore.
+    pub rows_read: u64,
+    /// Rows sinks received in this run.
+    pub rows_written: u64,
+    /// The sources' row estimate (0 when unknown).
+    pub rows_total: u64,
+    /// Checkpoints completed in this run.
+    pub checkpoints: u64,
+    /// The id of the last completed checkpoint (0 when none).
+    pub last_checkpoint: u64,
+    /// How long the last checkpoint took, from trigger to manifest.
+    pub last_checkpoint_duration: Duration,
+    /// Rows read since the last completed checkpoint: what a crash now would redo.
+    pub exposure_rows: u64,
+    /// Time since the last completed checkpoint (or the start).
+    pub exposure: Duration,
+    /// Time since the job started in this process.
+    pub elapsed: Duration,
+}
+
+impl Progress {
+    pub(crate) fn new(rows_already_read: u64) -> Self {
+        Progress {
+            started: Instant::now(),
+            rows_read: AtomicU64::new(rows_already_read),
+            rows_written: AtomicU64::new(0),
+            rows_total: AtomicU64::new(0),
+            checkpoints: AtomicU64::new(0),
+            last_checkpoint: AtomicU64::new(0),
+            rows_at_last_checkpoint: AtomicU64::new(rows_already_read),
+            last_checkpoint_at_ms: AtomicU64::new(0),
+            last_checkpoint_ms: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn add_read(&self, rows: u64) {
+        self.rows_read.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_written(&self, rows: u64) {
+        self.rows_written.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_total(&self, rows: u64) {
+        self.rows_total.store(rows, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_baseline(&self, rows_read: u64, checkpoint: u64) {
+        self.rows_read.store(rows_read, Ordering::Relaxed);
+        self.rows_at_last_checkpoint.store(rows_read, Ordering::Relaxed);
+        self.last_checkpoint.store(checkpoint, Ordering::Relaxed);
+    }
+
+    pub(crate) fn checkpoint_completed(&self, id: u64, rows_read: u64, took: Duration) {
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.last_checkpoint.store(id, Ordering::Relaxed);
+        self.rows_at_last_checkpoint.store(rows_read, Ordering::Relaxed);
+        self.last_checkpoint_ms
+            .store(took.as_millis() as u64, Ordering::Relaxed);
+        self.last_checkpoint_at_ms
+            .store(self.started.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn rows_read(&self) -> u64 {
+        self.rows_read.load(Ordering::Relaxed)
+    }
+
+    /// Reads every counter.
+    pub fn snapshot(&self) -> ProgressSnapshot {
+        let elapsed = self.started.elapsed();
+        let rows_read = self.rows_read.load(Ordering::Relaxed);
+        let at_checkpoint = self.rows_at_last_checkpoint.load(Ordering::Relaxed);
+        let last_at = Duration::from_millis(self.last_checkpoint_at_ms.load(Ordering::Relaxed));
+        ProgressSnapshot {
+            rows_read,
+            rows_written: self.rows_written.load(Ordering::Relaxed),
+            rows_total: self.rows_total.load(Ordering::Relaxed),
+            checkpoints: self.checkpoints.load(Ordering::Relaxed),
+            last_checkpoint: self.last_checkpoint.load(Ordering::Relaxed),
+            last_checkpoint_duration: Duration::from_millis(
+                self.last_checkpoint_ms.load(Ordering::Relaxed),
+            ),
+            exposure_rows: rows_read.saturating_sub(at_checkpoint),
+            exposure: elapsed.saturating_sub(last_at),
+            elapsed,
+        }
+    }
+}

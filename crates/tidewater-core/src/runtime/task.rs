@@ -1,0 +1,325 @@
+//! The two kinds of task: a source subtask (reads splits) and an input subtask
+//! (reads channels through an input gate). Both push batches through their
+//! operator chain into a tail: the next channels, or a sink writer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+use super::chain::OperatorChain;
+use super::input_gate::{GateEvent, InputGate};
+use super::message::Message;
+use super::output::Output;
+use super::progress::Progress;
+use crate::checkpoint::{BlobRecord, StateStore, blob};
+use crate::error::{Error, Result};
+use crate::ids::CheckpointId;
+use crate::sink::{CommitHandle, SinkWriter};
+use crate::source::{Cursor, Source, Split, SplitReader};
+use crate::state;
+
+/// What the coordinator tells a source subtask.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// Take checkpoint n now; with `pause`, stop reading afterwards (a savepoint).
+    Trigger { checkpoint: CheckpointId, pause: bool },
+    /// All sources are exhausted: end the output; the final checkpoint is n.
+    Finish(CheckpointId),
+}
+
+/// What tasks tell the coordinator.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// A task finished its part of checkpoint n (state uploaded, sink pre-committed).
+    Ack(Ack),
+    /// A source subtask read all its splits.
+    SourceExhausted,
+}
+
+#[derive(Debug)]
+pub(crate) struct Ack {
+    pub checkpoint: CheckpointId,
+    pub result: Result<AckData>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct AckData {
+    pub blobs: Vec<BlobRecord>,
+    pub commits: Vec<CommitHandle>,
+    /// Rows this source subtask emitted in this run before the barrier.
+    pub rows_read: u64,
+}
+
+/// Where a chain's output goes.
+pub(crate) enum Tail {
+    Channels(Output),
+    Sink {
+        uid: Arc<str>,
+        writer: Box<dyn SinkWriter>,
+    },
+}
+
+/// What every task has: its chain, its tail, and the way to report checkpoints.
+pub(crate) struct TaskCore {
+    pub chain: OperatorChain,
+    pub tail: Tail,
+    pub store: StateStore,
+    pub events: UnboundedSender<Event>,
+    pub progress: Arc<Progress>,
+}
+
+impl TaskCore {
+    async fn emit(&mut self, batches: Vec<RecordBatch>) -> Result<()> {
+        for batch in batches {
+            match &mut self.tail {
+                Tail::Channels(output) => output.send(batch).await?,
+                Tail::Sink { uid, writer } => {
+                    let rows = batch.num_rows() as u64;
+                    writer
+                        .write(batch)
+                        .await
+                        .map_err(|e| e.in_operator(uid, self.chain.subtask))?;
+                    self.progress.add_written(rows);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn process(&mut self, batch: RecordBatch) -> Result<()> {
+        let out = self.chain.process(batch)?;
+        self.emit(out).await
+    }
+
+    async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Vec<CommitHandle>> {
+        let Tail::Sink { uid, writer } = &mut self.tail else {
+            return Ok(Vec::new());
+        };
+        let subtask = self.chain.subtask;
+        let payload = writer
+            .pre_commit(checkpoint)
+            .await
+            .map_err(|e| e.in_operator(uid, subtask))?;
+        Ok(payload
+            .map(|payload| CommitHandle {
+                uid: uid.to_string(),
+                subtask,
+                checkpoint,
+                payload,
+            })
+            .into_iter()
+            .collect())
+    }
+
+    /// Snapshots the chain (plus `extra` state, a source's cursors), passes the
+    /// barrier on, and uploads the state off the task before acking.
+    async fn checkpoint(
+        &mut self,
+        checkpoint: CheckpointId,
+        extra: Option<(Arc<str>, RecordBatch)>,
+        rows_read: u64,
+    ) -> Result<()> {
+        let mut states = self.chain.snapshot()?;
+        states.extend(extra);
+        let commits = self.pre_commit(checkpoint).await?;
+        if let Tail::Channels(output) = &mut self.tail {
+            output.broadcast(Message::Barrier(checkpoint)).await?;
+        }
+        let store = self.store.clone();
+        let events = self.events.clone();
+        let subtask = self.chain.subtask;
+        tokio::spawn(async move {
+            let result = upload(&store, checkpoint, subtask, states).await.map(|blobs| AckData {
+                blobs,
+                commits,
+                rows_read,
+            });
+            // A closed channel means the job already ended; nobody needs the ack.
+            let _ = events.send(Event::Ack(Ack { checkpoint, result }));
+        });
+        Ok(())
+    }
+
+    /// Ends the task: flushes the chain, passes the end on, pre-commits the final data.
+    async fn finish(&mut self, checkpoint: CheckpointId, rows_read: u64) -> Result<()> {
+        let out = self.chain.finish()?;
+        self.emit(out).await?;
+        let commits = self.pre_commit(checkpoint).await?;
+        if let Tail::Channels(output) = &mut self.tail {
+            output.broadcast(Message::End(checkpoint)).await?;
+        }
+        let data = AckData {
+            commits,
+            blobs: Vec::new(),
+            rows_read,
+        };
+        let _ = self.events.send(Event::Ack(Ack {
+            checkpoint,
+            result: Ok(data),
+        }));
+        Ok(())
+    }
+}
+
+async fn upload(
+    store: &StateStore,
+    checkpoint: CheckpointId,
+    subtask: usize,
+    states: Vec<(Arc<str>, RecordBatch)>,
+) -> Result<Vec<BlobRecord>> {
+    let mut blobs = Vec::with_capacity(states.len());
+    for (uid, state) in states {
+        // Encoding a large state is CPU work: keep it off the async workers.
+        let bytes = tokio::task::spawn_blocking(move || blob::encode(&state))
+            .await
+            .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))??;
+        blobs.push(store.put_blob(checkpoint, &uid, subtask, bytes).await?);
+    }
+    Ok(blobs)
+}
+
+/// A task that reads channels.
+pub(crate) async fn run_input_task(mut core: TaskCore, mut gate: InputGate) -> Result<()> {
+    loop {
+        match gate.next().await? {
+            GateEvent::Batch(batch) => core.process(batch).await?,
+            GateEvent::Barrier(id) => core.checkpoint(id, None, 0).await?,
+            GateEvent::End(id) => return core.finish(id, 0).await,
+        }
+    }
+}
+
+/// A split with where it stands.
+#[derive(Debug, Clone)]
+pub(crate) struct SplitState {
+    pub split: Split,
+    pub cursor: Option<Cursor>,
+    pub done: bool,
+}
+
+/// The schema of a source's checkpointed state: one row per split.
+pub(crate) fn source_state_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("split", DataType::Utf8, false),
+        Field::new("cursor", DataType::Utf8, true),
+        Field::new("done", DataType::Boolean, false),
+    ]))
+}
+
+fn source_state(splits: &[SplitState]) -> Result<RecordBatch> {
+    let ids: StringArray = splits.iter().map(|s| Some(s.split.id.as_str())).collect();
+    let cursors: StringArray = splits
+        .iter()
+        .map(|s| s.cursor.as_ref().map(|c| c.to_string()))
+        .collect();
+    let done: BooleanArray = splits.iter().map(|s| Some(s.done)).collect();
+    let columns: Vec<ArrayRef> = vec![Arc::new(ids), Arc::new(cursors), Arc::new(done)];
+    Ok(RecordBatch::try_new(source_state_schema(), columns)?)
+}
+
+/// Reads the cursors out of a source state batch into `cursors` (split id → (cursor, done)).
+pub(crate) fn read_source_state(
+    state: &RecordBatch,
+    cursors: &mut BTreeMap<String, (Option<Cursor>, bool)>,
+) -> Result<()> {
+    let ids = state::column::<StringArray>(state, "split")?;
+    let values = state::column::<StringArray>(state, "cursor")?;
+    let done = state::column::<BooleanArray>(state, "done")?;
+    for i in 0..state.num_rows() {
+        let cursor = if values.is_valid(i) {
+            Some(serde_json::from_str(values.value(i)).map_err(|e| {
+                Error::Corrupt(format!("cursor of split '{}' is not JSON: {e}", ids.value(i)))
+            })?)
+        } else {
+            None
+        };
+        cursors.insert(ids.value(i).to_string(), (cursor, done.value(i)));
+    }
+    Ok(())
+}
+
+use arrow::array::Array;
+
+/// A source subtask: reads its splits in order, answering the coordinator between batches.
+pub(crate) struct SourceTask {
+    pub uid: Arc<str>,
+    pub source: Arc<dyn Source>,
+    pub splits: Vec<SplitState>,
+    pub control: UnboundedReceiver<Control>,
+    pub core: TaskCore,
+}
+
+impl SourceTask {
+    pub async fn run(mut self) -> Result<()> {
+        let subtask = self.core.chain.subtask;
+        let uid = self.uid.clone();
+        self.run_inner().await.map_err(|e| e.in_operator(&uid, subtask))
+    }
+
+    async fn run_inner(&mut self) -> Result<()> {
+        let mut reader: Option<(usize, Box<dyn SplitReader>)> = None;
+        let mut rows_read = 0u64;
+        let mut exhausted = false;
+        let mut paused = false;
+        loop {
+            // Between two batches: answer the coordinator first. When there is
+            // nothing to read, wait for it.
+            let control = if exhausted || paused {
+                match self.control.recv().await {
+                    Some(control) => Some(control),
+                    None => return Ok(()),
+                }
+            } else {
+                self.control.try_recv().ok()
+            };
+            match control {
+                Some(Control::Trigger { checkpoint, pause }) => {
+                    let state = source_state(&self.splits)?;
+                    self.core
+                        .checkpoint(checkpoint, Some((self.uid.clone(), state)), rows_read)
+                        .await?;
+                    paused |= pause;
+                    continue;
+                }
+                Some(Control::Finish(checkpoint)) => {
+                    return self.core.finish(checkpoint, rows_read).await;
+                }
+                None => {}
+            }
+
+            if reader.is_none() {
+                match self.splits.iter().position(|s| !s.done) {
+                    Some(index) => {
+                        let state = &self.splits[index];
+                        let opened = self.source.open(&state.split, state.cursor.as_ref()).await?;
+                        reader = Some((index, opened));
+                    }
+                    None => {
+                        exhausted = true;
+                        let _ = self.core.events.send(Event::SourceExhausted);
+                        continue;
+                    }
+                }
+            }
+            let (index, split_reader) = reader.as_mut().expect("opened above");
+            let index = *index;
+            match split_reader.next_batch().await? {
+                Some(batch) => {
+                    let rows = batch.num_rows() as u64;
+                    self.splits[index].cursor = Some(split_reader.cursor());
+                    rows_read += rows;
+                    self.core.progress.add_read(rows);
+                    self.core.process(batch).await?;
+                }
+                None => {
+                    self.splits[index].cursor = Some(split_reader.cursor());
+                    self.splits[index].done = true;
+                    reader = None;
+                }
+            }
+        }
+    }
+}

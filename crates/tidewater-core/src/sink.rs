@@ -1,0 +1,75 @@
+//! The [`Sink`] trait: transactional (two-phase commit) or idempotent outputs.
+
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::ids::CheckpointId;
+use crate::operator::TaskContext;
+
+/// What a sink writer pre-committed for one checkpoint: enough for
+/// [`Sink::commit`] to publish it, in any later process. Stored in the
+/// checkpoint's manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitHandle {
+    /// The sink's uid.
+    pub uid: String,
+    /// The writer's subtask.
+    pub subtask: usize,
+    /// The checkpoint whose data this is.
+    pub checkpoint: CheckpointId,
+    /// Connector-specific details (staged file names, a transaction id, ...).
+    pub payload: serde_json::Value,
+}
+
+/// An output with exactly-once effects under restarts.
+///
+/// Writers stage data and pre-commit it at each checkpoint barrier; the
+/// coordinator calls [`commit`](Sink::commit) only after the checkpoint's
+/// manifest exists, and again on restore (so commit must be idempotent).
+#[async_trait]
+pub trait Sink: Send + Sync + 'static {
+    /// A short name for the sink's kind, recorded in checkpoints.
+    fn kind(&self) -> &str;
+
+    /// Opens the writer of one subtask.
+    async fn open_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>>;
+
+    /// Publishes what a writer pre-committed. Idempotent: committing an
+    /// already committed handle changes nothing.
+    async fn commit(&self, handle: &CommitHandle) -> Result<()>;
+
+    /// Discards staged work that no completed checkpoint refers to. Called on
+    /// restore, after the restored checkpoint's handles were committed and
+    /// before any writer opens. `uid` is the sink's uid in the pipeline.
+    async fn abort_uncommitted(&self, uid: &str) -> Result<()>;
+
+    /// Takes back the published output of a handle. Needed only when a restore
+    /// falls back past a completed checkpoint whose state is corrupt; sinks that
+    /// cannot revert make such a restore fail instead of duplicating output.
+    async fn revert(&self, handle: &CommitHandle) -> Result<()> {
+        Err(Error::External {
+            message: format!(
+                "sink '{}' (kind {}) cannot take back the output of checkpoint {}: \
+                 restoring past it would duplicate that output",
+                handle.uid,
+                self.kind(),
+                handle.checkpoint
+            ),
+            retryable: false,
+        })
+    }
+}
+
+/// The writing half of a sink, one per subtask.
+#[async_trait]
+pub trait SinkWriter: Send {
+    /// Stages a batch.
+    async fn write(&mut self, batch: RecordBatch) -> Result<()>;
+
+    /// Makes everything written since the last pre-commit durable but not
+    /// visible, and returns the payload of its [`CommitHandle`], or `None`
+    /// when nothing was written.
+    async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Option<serde_json::Value>>;
+}

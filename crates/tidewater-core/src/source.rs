@@ -1,0 +1,49 @@
+//! The [`Source`] trait: a bounded or unbounded input divided into splits with cursors.
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+/// Where a split reader stands, in the connector's own terms (a last key, a
+/// file offset, a Kafka offset). Stored as JSON in every checkpoint.
+pub type Cursor = serde_json::Value;
+
+/// One independently readable part of a source's input.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Split {
+    /// Stable across runs with the same configuration: cursors are keyed by it.
+    pub id: String,
+    /// Rows this split holds, when known (feeds progress).
+    pub estimated_rows: Option<u64>,
+}
+
+/// An input divided into splits. One instance is shared by all subtasks of
+/// the source; split `j` is read by subtask `j % parallelism`.
+#[async_trait]
+pub trait Source: Send + Sync + 'static {
+    /// A short name for the source's kind, recorded in checkpoints.
+    fn kind(&self) -> &str;
+
+    /// The schema of every batch the source emits.
+    fn schema(&self) -> SchemaRef;
+
+    /// The splits of the whole input. Must be the same on every run with the
+    /// same configuration: a restore refuses a checkpoint whose splits differ.
+    async fn splits(&self) -> Result<Vec<Split>>;
+
+    /// Opens a reader on `split`, positioned after `cursor` when one was
+    /// checkpointed, else at the split's start.
+    async fn open(&self, split: &Split, cursor: Option<&Cursor>) -> Result<Box<dyn SplitReader>>;
+}
+
+/// Reads one split in batches.
+#[async_trait]
+pub trait SplitReader: Send {
+    /// The next batch, or `None` when the split is exhausted.
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>>;
+
+    /// The position after the last batch returned.
+    fn cursor(&self) -> Cursor;
+}

@@ -1,0 +1,3 @@
+//! Built-in sources.
+
+pub mod generator;

@@ -1,0 +1,516 @@
+//! Keyed aggregation: count, sum, min and max per key, vectorised over Arrow arrays.
+//!
+//! Rows are mapped to dense group numbers ([`GroupIndex`]), then each
+//! accumulator runs one tight loop over its input column. The state batch
+//! is the output batch itself (keys, then one column per aggregate), so a
+//! snapshot is a copy of the accumulator vectors and a restore re-inserts the keys.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray};
+use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::compute::cast;
+use arrow::datatypes::{
+    ArrowNativeTypeOp, ArrowPrimitiveType, DataType, Field, Float64Type, Int64Type, Schema,
+    SchemaRef,
+};
+use arrow::record_batch::RecordBatch;
+
+use super::group_index::GroupIndex;
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator};
+
+/// Rows per batch emitted at the end of input.
+const OUTPUT_BATCH_ROWS: usize = 65_536;
+
+/// An aggregate function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggregateFunction {
+    /// Number of rows (or of non-null values of a column).
+    Count,
+    /// Sum of the non-null values; null when there are none.
+    Sum,
+    /// Smallest non-null value.
+    Min,
+    /// Largest non-null value.
+    Max,
+}
+
+/// One output column of an aggregation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggregateExpr {
+    /// The function.
+    pub function: AggregateFunction,
+    /// Its input column; `None` for count of rows.
+    pub column: Option<String>,
+    /// The output column's name.
+    pub output: String,
+}
+
+/// The aggregates to compute per key.
+///
+/// Integer inputs are summed and compared as Int64 (an overflowing sum is an
+/// error, not a wrap); floating-point inputs as Float64.
+///
+/// # Examples
+///
+/// ```
+/// use tidewater_core::AggregateSpec;
+/// let spec = AggregateSpec::new().count("count").sum("v", "sum_v").max("id", "max_id");
+/// assert_eq!(spec.exprs().len(), 3);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AggregateSpec {
+    exprs: Vec<AggregateExpr>,
+}
+
+impl AggregateSpec {
+    /// An empty spec.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with(mut self, function: AggregateFunction, column: Option<&str>, output: &str) -> Self {
+        self.exprs.push(AggregateExpr {
+            function,
+            column: column.map(str::to_string),
+            output: output.to_string(),
+        });
+        self
+    }
+
+    /// Counts rows, into `output`.
+    pub fn count(self, output: &str) -> Self {
+        self.with(AggregateFunction::Count, None, output)
+    }
+
+    /// Counts the non-null values of `column`, into `output`.
+    pub fn count_values(self, column: &str, output: &str) -> Self {
+        self.with(AggregateFunction::Count, Some(column), output)
+    }
+
+    /// Sums `column`, into `output`.
+    pub fn sum(self, column: &str, output: &str) -> Self {
+        self.with(AggregateFunction::Sum, Some(column), output)
+    }
+
+    /// The minimum of `column`, into `output`.
+    pub fn min(self, column: &str, output: &str) -> Self {
+        self.with(AggregateFunction::Min, Some(column), output)
+    }
+
+    /// The maximum of `column`, into `output`.
+    pub fn max(self, column: &str, output: &str) -> Self {
+        self.with(AggregateFunction::Max, Some(column), output)
+    }
+
+    /// The aggregates, in output order.
+    pub fn exprs(&self) -> &[AggregateExpr] {
+        &self.exprs
+    }
+}
+
+/// Per-group values of one aggregate over one numeric type.
+struct Numeric<T: ArrowPrimitiveType> {
+    function: AggregateFunction,
+    values: Vec<T::Native>,
+    seen: Vec<bool>,
+}
+
+impl<T: ArrowPrimitiveType> Numeric<T> {
+    fn new(function: AggregateFunction) -> Self {
+        Numeric {
+            function,
+            values: Vec::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    fn resize(&mut self, groups: usize) {
+        self.values.resize(groups, T::Native::default());
+        self.seen.resize(groups, false);
+    }
+
+    fn update(&mut self, groups: &[u32], input: &PrimitiveArray<T>, output: &str) -> Result<()> {
+        let values = input.values();
+        let function = self.function;
+        let mut apply = |group: u32, value: T::Native| -> Result<()> {
+            let g = group as usize;
+            let slot = &mut self.values[g];
+            if !self.seen[g] {
+                self.seen[g] = true;
+                *slot = value;
+                return Ok(());
+            }
+            match function {
+                AggregateFunction::Sum => {
+                    *slot = slot.add_checked(value).map_err(|_| {
+                        Error::BadInput(format!(
+                            "sum into '{output}' overflowed {}: aggregate a wider type",
+                            T::DATA_TYPE
+                        ))
+                    })?
+                }
+                AggregateFunction::Min => {
+                    if value.is_lt(*slot) {
+                        *slot = value
+                    }
+                }
+                AggregateFunction::Max => {
+                    if value.is_gt(*slot) {
+                        *slot = value
+                    }
+                }
+                AggregateFunction::Count => unreachable!("count has its own accumulator"),
+            }
+            Ok(())
+        };
+        match input.nulls().filter(|n| n.null_count() > 0) {
+            None => {
+                for (group, value) in groups.iter().zip(values.iter()) {
+                    apply(*group, *value)?;
+                }
+            }
+            Some(nulls) => {
+                for (i, (group, value)) in groups.iter().zip(values.iter()).enumerate() {
+                    if nulls.is_valid(i) {
+                        apply(*group, *value)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn to_array(&self) -> ArrayRef {
+        let nulls = NullBuffer::new(BooleanBuffer::from(self.seen.as_slice()));
+        Arc::new(PrimitiveArray::<T>::new(self.values.clone().into(), Some(nulls)))
+    }
+
+    fn restore(&mut self, array: &ArrayRef) -> Result<()> {
+        let array = array.as_primitive_opt::<T>().ok_or_else(|| {
+            Error::Corrupt(format!("aggregate state column has type {}", array.data_type()))
+        })?;
+        self.values = array.values().to_vec();
+        self.seen = (0..array.len()).map(|i| array.is_valid(i)).collect();
+        Ok(())
+    }
+}
+
+enum Accumulator {
+    CountRows(Vec<i64>),
+    CountValues(Vec<i64>),
+    Int(Numeric<Int64Type>),
+    Float(Numeric<Float64Type>),
+}
+
+impl Accumulator {
+    fn output_type(&self) -> DataType {
+        match self {
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) | Accumulator::Int(_) => {
+                DataType::Int64
+            }
+            Accumulator::Float(_) => DataType::Float64,
+        }
+    }
+
+    fn resize(&mut self, groups: usize) {
+        match self {
+            Accumulator::CountRows(v) | Accumulator::CountValues(v) => v.resize(groups, 0),
+            Accumulator::Int(n) => n.resize(groups),
+            Accumulator::Float(n) => n.resize(groups),
+        }
+    }
+
+    fn update(&mut self, groups: &[u32], input: Option<&ArrayRef>, output: &str) -> Result<()> {
+        match (self, input) {
+            (Accumulator::CountRows(counts), _) => {
+                for group in groups {
+                    counts[*group as usize] += 1;
+                }
+            }
+            (Accumulator::CountValues(counts), Some(input)) => {
+                for (i, group) in groups.iter().enumerate() {
+                    counts[*group as usize] += i64::from(input.is_valid(i));
+                }
+            }
+            (Accumulator::Int(n), Some(input)) => n.update(groups, input.as_primitive(), output)?,
+            (Accumulator::Float(n), Some(input)) => {
+                n.update(groups, input.as_primitive(), output)?
+            }
+            _ => return Err(Error::Internal("aggregate input column missing".into())),
+        }
+        Ok(())
+    }
+
+    fn to_array(&self) -> ArrayRef {
+        match self {
+            Accumulator::CountRows(v) | Accumulator::CountValues(v) => {
+                Arc::new(PrimitiveArray::<Int64Type>::new(v.clone().into(), None))
+            }
+            Accumulator::Int(n) => n.to_array(),
+            Accumulator::Float(n) => n.to_array(),
+        }
+    }
+
+    fn restore(&mut self, array: &ArrayRef) -> Result<()> {
+        match self {
+            Accumulator::CountRows(v) | Accumulator::CountValues(v) => {
+                let array = array.as_primitive_opt::<Int64Type>().ok_or_else(|| {
+                    Error::Corrupt(format!("count state column has type {}", array.data_type()))
+                })?;
+                *v = array.values().to_vec();
+                Ok(())
+            }
+            Accumulator::Int(n) => n.restore(array),
+            Accumulator::Float(n) => n.restore(array),
+        }
+    }
+}
+
+/// Where the inputs sit in the incoming batches, fixed by the first batch.
+struct Layout {
+    key_indices: Vec<usize>,
+    input_indices: Vec<Option<usize>>,
+    /// What each input column is cast to before accumulation.
+    input_types: Vec<Option<DataType>>,
+}
+
+/// The partial aggregates: what a checkpoint stores.
+struct Groups {
+    index: GroupIndex,
+    accumulators: Vec<Accumulator>,
+    schema: SchemaRef,
+}
+
+/// The keyed aggregation operator (see [`KeyedStream::aggregate`](crate::KeyedStream::aggregate)).
+pub struct AggregateOperator {
+    keys: Vec<String>,
+    spec: Arc<AggregateSpec>,
+    layout: Option<Layout>,
+    groups: Option<Groups>,
+    scratch: Vec<u32>,
+}
+
+impl AggregateOperator {
+    /// An aggregation of `spec` grouped by the `keys` columns.
+    pub fn new(keys: Vec<String>, spec: Arc<AggregateSpec>) -> Result<Self> {
+        if keys.is_empty() {
+            return Err(Error::InvalidPipeline("key_by needs at least one key column".into()));
+        }
+        if spec.exprs.is_empty() {
+            return Err(Error::InvalidPipeline("aggregate needs at least one aggregate".into()));
+        }
+        Ok(AggregateOperator {
+            keys,
+            spec,
+            layout: None,
+            groups: None,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn bind(&self, input: &Schema) -> Result<(Layout, Groups)> {
+        let index_of = |name: &str| {
+            input.index_of(name).map_err(|_| {
+                Error::BadInput(format!(
+                    "aggregate: column '{name}' is not in the input (columns: {})",
+                    field_names(input)
+                ))
+            })
+        };
+        let key_indices = self.keys.iter().map(|k| index_of(k)).collect::<Result<Vec<_>>>()?;
+        let mut fields: Vec<Field> = key_indices
+            .iter()
+            .map(|i| input.field(*i).clone().with_nullable(true))
+            .collect();
+        let mut input_indices = Vec::new();
+        let mut input_types = Vec::new();
+        let mut accumulators = Vec::new();
+        for expr in &self.spec.exprs {
+            let index = expr.column.as_deref().map(index_of).transpose()?;
+            let source_type = index.map(|i| input.field(i).data_type().clone());
+            let (accumulator, cast_to) = match (expr.function, source_type) {
+                (AggregateFunction::Count, None) => (Accumulator::CountRows(Vec::new()), None),
+                (AggregateFunction::Count, Some(_)) => (Accumulator::CountValues(Vec::new()), None),
+                (function, Some(t)) if t.is_integer() => {
+                    (Accumulator::Int(Numeric::new(function)), Some(DataType::Int64))
+                }
+                (function, Some(t)) if t.is_floating() => {
+                    (Accumulator::Float(Numeric::new(function)), Some(DataType::Float64))
+                }
+                (function, Some(t)) => {
+                    return Err(Error::BadInput(format!(
+                        "aggregate '{}': {function:?} needs an integer or floating-point column, \
+                         '{}' is {t}",
+                        expr.output,
+                        expr.column.as_deref().unwrap_or_default()
+                    )));
+                }
+                (function, None) => {
+                    return Err(Error::InvalidPipeline(format!(
+                        "aggregate '{}': {function:?} needs an input column",
+                        expr.output
+                    )));
+                }
+            };
+            let nullable = !matches!(expr.function, AggregateFunction::Count);
+            fields.push(Field::new(&expr.output, accumulator.output_type(), nullable));
+            input_indices.push(index);
+            input_types.push(cast_to);
+            accumulators.push(accumulator);
+        }
+        let key_types: Vec<DataType> = key_indices
+            .iter()
+            .map(|i| input.field(*i).data_type().clone())
+            .collect();
+        let layout = Layout {
+            key_indices,
+            input_indices,
+            input_types,
+        };
+        let groups = Groups {
+            index: GroupIndex::new(&key_types)?,
+            accumulators,
+            schema: Arc::new(Schema::new(fields)),
+        };
+        Ok((layout, groups))
+    }
+
+    fn output(&self) -> Result<Option<RecordBatch>> {
+        let Some(groups) = &self.groups else {
+            return Ok(None);
+        };
+        let mut columns = groups.index.key_columns()?;
+        columns.extend(groups.accumulators.iter().map(Accumulator::to_array));
+        Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
+    }
+}
+
+impl Operator for AggregateOperator {
+    fn kind(&self) -> &str {
+        "aggregate"
+    }
+
+    fn state_version(&self) -> Option<u32> {
+        Some(1)
+    }
+
+    fn process(&mut self, batch: RecordBatch, _out: &mut Collector) -> Result<()> {
+        if self.layout.is_none() {
+            let (layout, fresh) = self.bind(&batch.schema())?;
+            match &self.groups {
+                None => self.groups = Some(fresh),
+                Some(restored) => check_same_types(&restored.schema, &fresh.schema)?,
+            }
+            self.layout = Some(layout);
+        }
+        let layout = self.layout.as_ref().expect("bound above");
+        let groups = self.groups.as_mut().expect("bound above");
+        let keys: Vec<ArrayRef> = layout
+            .key_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        groups.index.assign(&keys, &mut self.scratch)?;
+        let n_groups = groups.index.len();
+        for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
+            accumulator.resize(n_groups);
+            let input = match (layout.input_indices[i], &layout.input_types[i]) {
+                (Some(index), Some(to)) if batch.column(index).data_type() != to => {
+                    Some(cast(batch.column(index), to)?)
+                }
+                (Some(index), _) => Some(batch.column(index).clone()),
+                (None, _) => None,
+            };
+            accumulator.update(&self.scratch, input.as_ref(), &self.spec.exprs[i].output)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Collector) -> Result<()> {
+        if let Some(batch) = self.output()? {
+            let mut offset = 0;
+            while offset < batch.num_rows() {
+                let len = OUTPUT_BATCH_ROWS.min(batch.num_rows() - offset);
+                out.emit(batch.slice(offset, len));
+                offset += len;
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        self.output()
+    }
+
+    fn restore(&mut self, state: RecordBatch) -> Result<()> {
+        // The state's schema stands in for the input's until the first batch:
+        // keys keep their types, and each aggregate's type picks its accumulator.
+        let schema = state.schema();
+        let n_keys = self.keys.len();
+        if schema.fields().len() != n_keys + self.spec.exprs.len() {
+            return Err(Error::Corrupt(format!(
+                "aggregate state has {} columns, the aggregation needs {}",
+                schema.fields().len(),
+                n_keys + self.spec.exprs.len()
+            )));
+        }
+        let key_types: Vec<DataType> = (0..n_keys)
+            .map(|i| schema.field(i).data_type().clone())
+            .collect();
+        let mut index = GroupIndex::new(&key_types)?;
+        index.assign(&state.columns()[..n_keys], &mut self.scratch)?;
+        if index.len() != state.num_rows() {
+            return Err(Error::Corrupt("aggregate state holds a key twice".into()));
+        }
+        let mut accumulators = Vec::new();
+        for (i, expr) in self.spec.exprs.iter().enumerate() {
+            let state_type = schema.field(n_keys + i).data_type();
+            let mut accumulator = match (expr.function, expr.column.is_some(), state_type) {
+                (AggregateFunction::Count, false, _) => Accumulator::CountRows(Vec::new()),
+                (AggregateFunction::Count, true, _) => Accumulator::CountValues(Vec::new()),
+                (function, _, DataType::Int64) => Accumulator::Int(Numeric::new(function)),
+                (function, _, DataType::Float64) => Accumulator::Float(Numeric::new(function)),
+                (_, _, other) => {
+                    return Err(Error::Corrupt(format!(
+                        "aggregate state column '{}' has type {other}",
+                        expr.output
+                    )));
+                }
+            };
+            accumulator.restore(state.column(n_keys + i))?;
+            accumulators.push(accumulator);
+        }
+        self.layout = None;
+        self.groups = Some(Groups {
+            index,
+            accumulators,
+            schema,
+        });
+        Ok(())
+    }
+}
+
+fn check_same_types(restored: &Schema, now: &Schema) -> Result<()> {
+    let types = |s: &Schema| s.fields().iter().map(|f| f.data_type().clone()).collect::<Vec<_>>();
+    if types(restored) == types(now) {
+        Ok(())
+    } else {
+        Err(Error::BadInput(format!(
+            "aggregate: the input's types changed since the checkpoint: state columns were \
+             [{}], the input now gives [{}]; restore with the original input or start over",
+            field_names(restored),
+            field_names(now)
+        )))
+    }
+}
+
+fn field_names(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,5 @@
+//! Built-in operators.
+
+pub mod aggregate;
+pub(crate) mod group_index;
+pub(crate) mod stateless;
