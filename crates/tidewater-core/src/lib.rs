@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 mod error;
+mod failpoint;
 mod ids;
 mod operator;
 pub mod partition;

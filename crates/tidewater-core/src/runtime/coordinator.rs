@@ -16,6 +16,7 @@ use super::task::{Control, Event};
 use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord};
 use crate::checkpoint::{StateStore, restore};
 use crate::error::{Error, Result};
+use crate::failpoint;
 use crate::ids::{CheckpointId, Epoch};
 use crate::sink::{CommitHandle, Sink};
 
@@ -220,9 +221,18 @@ impl Coordinator {
             .commits
             .sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
         self.store.check_epoch(self.epoch).await?;
+        let id = manifest.checkpoint;
+        failpoint::hit("before-manifest", id);
         self.store.write_manifest(&manifest).await?;
         let took = flight.started.elapsed();
-        commit_all(&self.sinks, &manifest.commits).await?;
+        failpoint::hit("after-manifest", id);
+        for (n, handle) in manifest.commits.iter().enumerate() {
+            if n == 1 {
+                failpoint::hit("mid-commit", id);
+            }
+            commit_all(&self.sinks, std::slice::from_ref(handle)).await?;
+        }
+        failpoint::hit("after-commit", id);
         self.progress
             .checkpoint_completed(manifest.checkpoint.0, manifest.rows_read, took);
         info!(

@@ -313,6 +313,9 @@ impl SourceTask {
                     rows_read += rows;
                     self.core.progress.add_read(rows);
                     self.core.process(batch).await?;
+                    // A chain that ends in a sink may never await a channel, and
+                    // would then starve the coordinator of the worker threads.
+                    tokio::task::yield_now().await;
                 }
                 None => {
                     self.splits[index].cursor = Some(split_reader.cursor());

@@ -1,0 +1,31 @@
+//! Crash hooks for tests: abort the process at a named instant of the
+//! checkpoint protocol, where a random kill -9 rarely lands.
+//!
+//! `TIDEWATER_FAILPOINT=after-manifest@3` aborts right after checkpoint 3's
+//! manifest is written and before its sink commits. Points: `before-manifest`,
+//! `after-manifest`, `mid-commit` (after the first commit handle), `after-commit`.
+//! Unset (the normal case), a hook costs one load of a cached value.
+
+use std::sync::OnceLock;
+
+use crate::ids::CheckpointId;
+
+fn armed() -> &'static Option<(String, u64)> {
+    static ARMED: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    ARMED.get_or_init(|| {
+        let spec = std::env::var("TIDEWATER_FAILPOINT").ok()?;
+        let (name, id) = spec.split_once('@')?;
+        Some((name.to_string(), id.parse().ok()?))
+    })
+}
+
+/// Aborts the process when the armed failpoint is `name` at `checkpoint`.
+pub(crate) fn hit(name: &str, checkpoint: CheckpointId) {
+    if let Some((armed, id)) = armed()
+        && armed == name
+        && *id == checkpoint.0
+    {
+        eprintln!("failpoint {name}@{id}: aborting the process");
+        std::process::abort();
+    }
+}

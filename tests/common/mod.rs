@@ -1,0 +1,271 @@
+//! Shared helpers of the end-to-end tests: run the backfill example as a child
+//! process, and compute its exact expected output from the generator spec.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, Int64Type};
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tidewater::splitmix64;
+
+/// The backfill example, built once per test binary with the test's own
+/// profile, so a test never runs a stale example (`cargo test --test X`
+/// alone does not rebuild examples).
+pub fn backfill_binary() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test binary path");
+            let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
+            let profile = profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut build = Command::new(cargo);
+            build.args(["build", "--quiet", "--example", "backfill"]);
+            match profile {
+                "debug" => {}
+                "release" => {
+                    build.arg("--release");
+                }
+                other => {
+                    build.args(["--profile", other]);
+                }
+            }
+            let status = build
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("running cargo build --example backfill");
+            assert!(status.success(), "building the backfill example failed");
+            profile_dir.join("examples").join("backfill")
+        })
+        .clone()
+}
+
+/// One run's folders and flags.
+#[derive(Debug, Clone)]
+pub struct Backfill {
+    pub mode: &'static str,
+    pub rows: u64,
+    pub keys: u64,
+    pub parallelism: usize,
+    pub interval: &'static str,
+    pub state: PathBuf,
+    pub out: PathBuf,
+}
+
+impl Backfill {
+    pub fn new(dir: &Path, mode: &'static str, rows: u64, keys: u64) -> Self {
+        Backfill {
+            mode,
+            rows,
+            keys,
+            parallelism: 2,
+            interval: "100ms",
+            state: dir.join("state"),
+            out: dir.join("out"),
+        }
+    }
+
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(backfill_binary());
+        command
+            .arg("--mode")
+            .arg(self.mode)
+            .arg("--rows")
+            .arg(self.rows.to_string())
+            .arg("--keys")
+            .arg(self.keys.to_string())
+            .arg("--parallelism")
+            .arg(self.parallelism.to_string())
+            .arg("--checkpoint-interval")
+            .arg(self.interval)
+            .arg("--state")
+            .arg(&self.state)
+            .arg("--out")
+            .arg(&self.out)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        command
+    }
+
+    pub fn spawn(&self) -> Child {
+        self.command()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning the backfill example")
+    }
+
+    pub fn run(&self) -> Output {
+        self.command().output().expect("running the backfill example")
+    }
+
+    /// Completed checkpoints (those with a manifest) in the state folder.
+    pub fn manifests(&self) -> Vec<PathBuf> {
+        let job = self.state.join("backfill");
+        let mut found: Vec<PathBuf> = std::fs::read_dir(&job)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.path().join("_MANIFEST.json"))
+                    .filter(|p| p.exists())
+                    .collect()
+            })
+            .unwrap_or_default();
+        found.sort();
+        found
+    }
+
+    /// Waits until at least `n` manifests exist (or the child exits).
+    pub fn wait_for_manifests(&self, child: &mut Child, n: usize, limit: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if self.manifests().len() >= n {
+                return true;
+            }
+            if child.try_wait().expect("polling the child").is_some() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+}
+
+pub fn text(output: &Output) -> String {
+    format!(
+        "exit: {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every committed output batch: the `*.parquet` files directly under `out`.
+pub fn read_output(out: &Path) -> Vec<RecordBatch> {
+    let mut batches = Vec::new();
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return batches;
+    };
+    for entry in entries {
+        let path = entry.expect("dir entry").path();
+        if path.extension().is_some_and(|e| e == "parquet") && path.is_file() {
+            let file = File::open(&path).expect("open output file");
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+                .unwrap_or_else(|e| panic!("{} is not valid Parquet: {e}", path.display()))
+                .build()
+                .expect("parquet reader");
+            for batch in reader {
+                batches.push(batch.expect("parquet batch"));
+            }
+        }
+    }
+    batches
+}
+
+fn column<'a, T: arrow::datatypes::ArrowPrimitiveType>(
+    batch: &'a RecordBatch,
+    name: &str,
+) -> &'a arrow::array::PrimitiveArray<T> {
+    batch
+        .column_by_name(name)
+        .unwrap_or_else(|| panic!("output has no column '{name}'"))
+        .as_primitive::<T>()
+}
+
+/// Asserts the copy-mode output is exactly rows `id % 3 != 0` of the spec, each once.
+pub fn assert_copy_output(out: &Path, rows: u64, keys: u64) {
+    let batches = read_output(out);
+    let mut ids = Vec::new();
+    for batch in &batches {
+        let names: Vec<_> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["id", "k", "v", "s", "w"], "output columns");
+        let id = column::<Int64Type>(batch, "id");
+        let k = column::<Int64Type>(batch, "k");
+        let v = column::<Float64Type>(batch, "v");
+        let w = column::<Float64Type>(batch, "w");
+        let s = batch.column_by_name("s").expect("s").as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            let i = id.value(row) as u64;
+            let h = splitmix64(i);
+            assert_eq!(k.value(row), (h % keys) as i64, "k of row {i}");
+            assert_eq!(v.value(row), (i % 1000) as f64 / 4.0, "v of row {i}");
+            assert_eq!(w.value(row), 2.0 * v.value(row), "w of row {i}");
+            assert_eq!(s.value(row), format!("{h:016x}"), "s of row {i}");
+            ids.push(i);
+        }
+    }
+    ids.sort_unstable();
+    let expected: Vec<u64> = (0..rows).filter(|i| i % 3 != 0).collect();
+    if ids != expected {
+        let mut dups = ids.windows(2).filter(|w| w[0] == w[1]).map(|w| w[0]);
+        let set: std::collections::HashSet<u64> = ids.iter().copied().collect();
+        let missing = expected.iter().find(|i| !set.contains(i));
+        panic!(
+            "copy output differs: {} rows, expected {}; first duplicate {:?}, first missing {:?}",
+            ids.len(),
+            expected.len(),
+            dups.next(),
+            missing
+        );
+    }
+}
+
+/// Asserts the aggregate output is exactly one row per key with the spec's count, sum(v), max(id).
+pub fn assert_aggregate_output(out: &Path, rows: u64, keys: u64) {
+    let mut expected: HashMap<i64, (i64, f64, i64)> = HashMap::new();
+    for i in 0..rows {
+        let entry = expected.entry((splitmix64(i) % keys) as i64).or_insert((0, 0.0, i64::MIN));
+        entry.0 += 1;
+        entry.1 += (i % 1000) as f64 / 4.0;
+        entry.2 = entry.2.max(i as i64);
+    }
+    let mut seen: HashMap<i64, (i64, f64, i64)> = HashMap::new();
+    for batch in read_output(out) {
+        let names: Vec<_> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["k", "count", "sum_v", "max_id"], "output columns");
+        let k = column::<Int64Type>(&batch, "k");
+        let count = column::<Int64Type>(&batch, "count");
+        let sum = column::<Float64Type>(&batch, "sum_v");
+        let max = column::<Int64Type>(&batch, "max_id");
+        for row in 0..batch.num_rows() {
+            let previous = seen.insert(k.value(row), (count.value(row), sum.value(row), max.value(row)));
+            assert!(previous.is_none(), "key {} appears twice in the output", k.value(row));
+        }
+    }
+    assert_eq!(seen.len(), expected.len(), "number of keys in the output");
+    for (key, want) in &expected {
+        let got = seen.get(key).unwrap_or_else(|| panic!("key {key} is missing"));
+        assert_eq!(got, want, "key {key}: (count, sum_v, max_id)");
+    }
+}
+
+/// A small deterministic random stream (splitmix64 over a counter).
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn from_time() -> Self {
+        let seed = std::env::var("TIDEWATER_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .expect("clock")
+                    .as_nanos() as u64
+            });
+        eprintln!("random seed: {seed} (set TIDEWATER_TEST_SEED={seed} to repeat)");
+        Rng(seed)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(1);
+        splitmix64(self.0) % n.max(1)
+    }
+}
