@@ -1,0 +1,154 @@
+//! Recovery paths a user meets: cancel then resume, a corrupted newest
+//! checkpoint, a pipeline changed between runs, and bad flags.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Backfill, assert_aggregate_output, assert_copy_output, text};
+
+const ROWS: u64 = 6_000_000;
+const KEYS: u64 = 100_000;
+const WAIT: Duration = Duration::from_secs(60);
+
+fn stderr(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn cancel_takes_a_savepoint_and_the_next_run_resumes_from_it() {
+    for mode in ["copy", "aggregate"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut job = Backfill::new(dir.path(), mode, ROWS, KEYS);
+        job.interval = "200ms";
+        let mut child = job.spawn();
+        assert!(job.wait_for_manifests(&mut child, 1, WAIT), "no checkpoint before the cancel");
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let cancelled = child.wait_with_output().unwrap();
+        assert_eq!(cancelled.status.code(), Some(3), "{}", text(&cancelled));
+        assert!(stderr(&cancelled).contains("cancelled at savepoint"), "{}", text(&cancelled));
+        let newest = job.manifests().pop().expect("a manifest");
+        let manifest = std::fs::read_to_string(&newest).unwrap();
+        assert!(manifest.contains("\"kind\": \"savepoint\""), "newest checkpoint is not a savepoint: {manifest}");
+
+        let resumed = job.run();
+        assert!(resumed.status.success(), "{}", text(&resumed));
+        let stdout = String::from_utf8_lossy(&resumed.stdout);
+        assert!(stdout.contains("resumed from checkpoint"), "{}", text(&resumed));
+        match mode {
+            "copy" => assert_copy_output(&job.out, ROWS, KEYS),
+            _ => assert_aggregate_output(&job.out, ROWS, KEYS),
+        }
+    }
+}
+
+/// Runs until at least `n` checkpoints exist, then kill -9.
+fn run_and_kill_after(job: &Backfill, n: usize) {
+    let mut child = job.spawn();
+    assert!(job.wait_for_manifests(&mut child, n, WAIT), "fewer than {n} checkpoints");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+fn flip_a_byte(path: &Path) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn blobs_of(manifest: &Path, uid: &str) -> Vec<PathBuf> {
+    let dir = manifest.parent().unwrap().join(uid);
+    std::fs::read_dir(&dir)
+        .map(|entries| entries.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
+    // aggregate: the newest checkpoint's keyed state is damaged.
+    // copy: the newest checkpoint's source cursors are damaged, and the output
+    // it already committed must be taken back, or those rows would repeat.
+    for (mode, uid) in [("aggregate", "aggregate"), ("copy", "generator")] {
+        let dir = tempfile::tempdir().unwrap();
+        let job = Backfill::new(dir.path(), mode, ROWS, KEYS);
+        run_and_kill_after(&job, 2);
+        let newest = job.manifests().pop().unwrap();
+        let blobs = blobs_of(&newest, uid);
+        assert!(!blobs.is_empty(), "checkpoint {} has no {uid} state", newest.display());
+        flip_a_byte(&blobs[0]);
+
+        let resumed = job.run();
+        assert!(resumed.status.success(), "{}", text(&resumed));
+        assert!(
+            stderr(&resumed).contains("falling back to the one before it"),
+            "no fallback warning:\n{}",
+            text(&resumed)
+        );
+        match mode {
+            "copy" => assert_copy_output(&job.out, ROWS, KEYS),
+            _ => assert_aggregate_output(&job.out, ROWS, KEYS),
+        }
+    }
+}
+
+#[test]
+fn a_changed_pipeline_is_refused_with_the_operator_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Backfill::new(dir.path(), "copy", ROWS, KEYS);
+    run_and_kill_after(&job, 1);
+
+    // Another mode on the same state: the aggregate would miss the rows already read.
+    let mut other_mode = job.clone();
+    other_mode.mode = "aggregate";
+    let refused = other_mode.run();
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let message = stderr(&refused);
+    assert!(message.contains("operator 'aggregate'") && message.contains("is new"), "{message}");
+
+    // Other data under the same source: its cursors would point elsewhere.
+    let mut other_keys = job.clone();
+    other_keys.keys = KEYS + 1;
+    let refused = other_keys.run();
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let message = stderr(&refused);
+    assert!(message.contains("operator 'generator'") && message.contains("splits changed"), "{message}");
+
+    // The original pipeline still resumes and completes exactly.
+    let resumed = job.run();
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_copy_output(&job.out, ROWS, KEYS);
+}
+
+#[test]
+fn keyed_state_refuses_a_different_parallelism() {
+    let dir = tempfile::tempdir().unwrap();
+    let job = Backfill::new(dir.path(), "aggregate", ROWS, KEYS);
+    run_and_kill_after(&job, 1);
+    let mut wider = job.clone();
+    wider.parallelism = 3;
+    let refused = wider.run();
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let message = stderr(&refused);
+    assert!(message.contains("operator 'aggregate'") && message.contains("parallelism 2"), "{message}");
+}
+
+#[test]
+fn bad_flags_get_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = Backfill::new(dir.path(), "copy", 1000, 10);
+    let zero = Backfill { interval: "0s", ..base.clone() };
+    let vague = Backfill { interval: "soon", ..base.clone() };
+    let remote = Backfill { state: PathBuf::from("gopher://host/x"), ..base.clone() };
+    for (job, expected) in [(zero, "above zero"), (vague, "not a duration"), (remote, "scheme 'gopher'")] {
+        let output = job.run();
+        assert!(!output.status.success(), "{job:?} was accepted");
+        assert!(stderr(&output).contains(expected), "{job:?}: {}", text(&output));
+    }
+}
