@@ -91,14 +91,18 @@ fn output_schema() -> Arc<Schema> {
 }
 
 fn keep_row(batch: &RecordBatch) -> Result<BooleanArray> {
-    let id = batch.column_by_name("id").ok_or_else(|| Error::BadInput("no column 'id'".into()))?;
+    let id = batch
+        .column_by_name("id")
+        .ok_or_else(|| Error::BadInput("no column 'id'".into()))?;
     let three = arrow::array::Int64Array::new_scalar(3);
     let zero = arrow::array::Int64Array::new_scalar(0);
     Ok(neq(&rem(id, &three)?, &zero)?)
 }
 
 fn add_w(batch: RecordBatch, schema: &Arc<Schema>) -> Result<RecordBatch> {
-    let v = batch.column_by_name("v").ok_or_else(|| Error::BadInput("no column 'v'".into()))?;
+    let v = batch
+        .column_by_name("v")
+        .ok_or_else(|| Error::BadInput("no column 'v'".into()))?;
     let w = mul(v, &arrow::array::Float64Array::new_scalar(2.0))?;
     let mut columns = batch.columns().to_vec();
     columns.push(w);
@@ -108,7 +112,8 @@ fn add_w(batch: RecordBatch, schema: &Arc<Schema>) -> Result<RecordBatch> {
 fn build(args: &Args) -> anyhow::Result<Job> {
     let pipeline = Pipeline::new("backfill").with_parallelism(args.parallelism);
     let rows = pipeline.source("generator", GeneratorSource::new(args.rows, args.keys));
-    let sink = ParquetSink::open(&args.out).with_context(|| format!("opening --out {}", args.out))?;
+    let sink =
+        ParquetSink::open(&args.out).with_context(|| format!("opening --out {}", args.out))?;
     match args.mode {
         Mode::Copy => {
             let schema = output_schema();
@@ -121,7 +126,9 @@ fn build(args: &Args) -> anyhow::Result<Job> {
                 .count("count")
                 .sum("v", "sum_v")
                 .max("id", "max_id");
-            rows.key_by(["k"]).aggregate("aggregate", spec).sink("parquet", sink);
+            rows.key_by(["k"])
+                .aggregate("aggregate", spec)
+                .sink("parquet", sink);
         }
     }
     Ok(pipeline.build()?)
@@ -154,7 +161,9 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("installing the SIGTERM handler")?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new(args.rows);
-        bar.set_style(ProgressStyle::with_template("{bar:30} {percent:>3}% {msg}").expect("valid template"));
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {percent:>3}% {msg}").expect("valid template"),
+        );
         bar
     });
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
@@ -224,8 +233,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();

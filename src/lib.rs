@@ -34,10 +34,10 @@ pub use tidewater_parquet as parquet;
 
 /// The names most pipelines use.
 pub mod prelude {
-    #[cfg(feature = "parquet")]
-    pub use tidewater_parquet::ParquetSink;
     pub use tidewater_core::{
         AggregateSpec, Collector, GeneratorSource, Job, JobConfig, Operator, Outcome, Pipeline,
         Result, TaskContext,
     };
+    #[cfg(feature = "parquet")]
+    pub use tidewater_parquet::ParquetSink;
 }

@@ -48,7 +48,11 @@ fn crash_until_complete(mode: &'static str, rows: u64, keys: u64) {
             }
             // Enough kills: let this run (or the next one) complete.
             let output = job.run();
-            assert!(output.status.success(), "final run failed:\n{}", text(&output));
+            assert!(
+                output.status.success(),
+                "final run failed:\n{}",
+                text(&output)
+            );
             break;
         }
         eprintln!("{mode}: round {rounds} completed after {restarts} kills");

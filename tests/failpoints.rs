@@ -28,7 +28,11 @@ fn crash_at(point: &str, mode: &'static str) {
     assert!(String::from_utf8_lossy(&crashed.stderr).contains("failpoint"));
 
     let resumed = job.run();
-    assert!(resumed.status.success(), "restart after {point} failed:\n{}", text(&resumed));
+    assert!(
+        resumed.status.success(),
+        "restart after {point} failed:\n{}",
+        text(&resumed)
+    );
     match mode {
         "copy" => assert_copy_output(&job.out, ROWS, KEYS),
         _ => assert_aggregate_output(&job.out, ROWS, KEYS),

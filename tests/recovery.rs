@@ -24,7 +24,10 @@ fn cancel_takes_a_savepoint_and_the_next_run_resumes_from_it() {
         let mut job = Backfill::new(dir.path(), mode, ROWS, KEYS);
         job.interval = "200ms";
         let mut child = job.spawn();
-        assert!(job.wait_for_manifests(&mut child, 1, WAIT), "no checkpoint before the cancel");
+        assert!(
+            job.wait_for_manifests(&mut child, 1, WAIT),
+            "no checkpoint before the cancel"
+        );
         let status = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status()
@@ -32,15 +35,26 @@ fn cancel_takes_a_savepoint_and_the_next_run_resumes_from_it() {
         assert!(status.success());
         let cancelled = child.wait_with_output().unwrap();
         assert_eq!(cancelled.status.code(), Some(3), "{}", text(&cancelled));
-        assert!(stderr(&cancelled).contains("cancelled at savepoint"), "{}", text(&cancelled));
+        assert!(
+            stderr(&cancelled).contains("cancelled at savepoint"),
+            "{}",
+            text(&cancelled)
+        );
         let newest = job.manifests().pop().expect("a manifest");
         let manifest = std::fs::read_to_string(&newest).unwrap();
-        assert!(manifest.contains("\"kind\": \"savepoint\""), "newest checkpoint is not a savepoint: {manifest}");
+        assert!(
+            manifest.contains("\"kind\": \"savepoint\""),
+            "newest checkpoint is not a savepoint: {manifest}"
+        );
 
         let resumed = job.run();
         assert!(resumed.status.success(), "{}", text(&resumed));
         let stdout = String::from_utf8_lossy(&resumed.stdout);
-        assert!(stdout.contains("resumed from checkpoint"), "{}", text(&resumed));
+        assert!(
+            stdout.contains("resumed from checkpoint"),
+            "{}",
+            text(&resumed)
+        );
         match mode {
             "copy" => assert_copy_output(&job.out, ROWS, KEYS),
             _ => assert_aggregate_output(&job.out, ROWS, KEYS),
@@ -51,7 +65,10 @@ fn cancel_takes_a_savepoint_and_the_next_run_resumes_from_it() {
 /// Runs until at least `n` checkpoints exist, then kill -9.
 fn run_and_kill_after(job: &Backfill, n: usize) {
     let mut child = job.spawn();
-    assert!(job.wait_for_manifests(&mut child, n, WAIT), "fewer than {n} checkpoints");
+    assert!(
+        job.wait_for_manifests(&mut child, n, WAIT),
+        "fewer than {n} checkpoints"
+    );
     child.kill().unwrap();
     child.wait().unwrap();
 }
@@ -81,7 +98,11 @@ fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
         run_and_kill_after(&job, 2);
         let newest = job.manifests().pop().unwrap();
         let blobs = blobs_of(&newest, uid);
-        assert!(!blobs.is_empty(), "checkpoint {} has no {uid} state", newest.display());
+        assert!(
+            !blobs.is_empty(),
+            "checkpoint {} has no {uid} state",
+            newest.display()
+        );
         flip_a_byte(&blobs[0]);
 
         let resumed = job.run();
@@ -110,7 +131,10 @@ fn a_changed_pipeline_is_refused_with_the_operator_named() {
     let refused = other_mode.run();
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     let message = stderr(&refused);
-    assert!(message.contains("operator 'aggregate'") && message.contains("is new"), "{message}");
+    assert!(
+        message.contains("operator 'aggregate'") && message.contains("is new"),
+        "{message}"
+    );
 
     // Other data under the same source: its cursors would point elsewhere.
     let mut other_keys = job.clone();
@@ -118,7 +142,10 @@ fn a_changed_pipeline_is_refused_with_the_operator_named() {
     let refused = other_keys.run();
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     let message = stderr(&refused);
-    assert!(message.contains("operator 'generator'") && message.contains("splits changed"), "{message}");
+    assert!(
+        message.contains("operator 'generator'") && message.contains("splits changed"),
+        "{message}"
+    );
 
     // The original pipeline still resumes and completes exactly.
     let resumed = job.run();
@@ -136,19 +163,39 @@ fn keyed_state_refuses_a_different_parallelism() {
     let refused = wider.run();
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     let message = stderr(&refused);
-    assert!(message.contains("operator 'aggregate'") && message.contains("parallelism 2"), "{message}");
+    assert!(
+        message.contains("operator 'aggregate'") && message.contains("parallelism 2"),
+        "{message}"
+    );
 }
 
 #[test]
 fn bad_flags_get_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let base = Backfill::new(dir.path(), "copy", 1000, 10);
-    let zero = Backfill { interval: "0s", ..base.clone() };
-    let vague = Backfill { interval: "soon", ..base.clone() };
-    let remote = Backfill { state: PathBuf::from("gopher://host/x"), ..base.clone() };
-    for (job, expected) in [(zero, "above zero"), (vague, "not a duration"), (remote, "scheme 'gopher'")] {
+    let zero = Backfill {
+        interval: "0s",
+        ..base.clone()
+    };
+    let vague = Backfill {
+        interval: "soon",
+        ..base.clone()
+    };
+    let remote = Backfill {
+        state: PathBuf::from("gopher://host/x"),
+        ..base.clone()
+    };
+    for (job, expected) in [
+        (zero, "above zero"),
+        (vague, "not a duration"),
+        (remote, "scheme 'gopher'"),
+    ] {
         let output = job.run();
         assert!(!output.status.success(), "{job:?} was accepted");
-        assert!(stderr(&output).contains(expected), "{job:?}: {}", text(&output));
+        assert!(
+            stderr(&output).contains(expected),
+            "{job:?}: {}",
+            text(&output)
+        );
     }
 }

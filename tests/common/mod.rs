@@ -22,8 +22,14 @@ pub fn backfill_binary() -> PathBuf {
     BUILT
         .get_or_init(|| {
             let exe = std::env::current_exe().expect("test binary path");
-            let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>");
-            let profile = profile_dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
+            let profile_dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile>");
+            let profile = profile_dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("debug");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             let mut build = Command::new(cargo);
             build.args(["build", "--quiet", "--example", "backfill"]);
@@ -103,7 +109,9 @@ impl Backfill {
     }
 
     pub fn run(&self) -> Output {
-        self.command().output().expect("running the backfill example")
+        self.command()
+            .output()
+            .expect("running the backfill example")
     }
 
     /// Completed checkpoints (those with a manifest) in the state folder.
@@ -184,7 +192,12 @@ pub fn assert_copy_output(out: &Path, rows: u64, keys: u64) {
     let batches = read_output(out);
     let mut ids = Vec::new();
     for batch in &batches {
-        let names: Vec<_> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<_> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         assert_eq!(names, ["id", "k", "v", "s", "w"], "output columns");
         let id = column::<Int64Type>(batch, "id");
         let k = column::<Int64Type>(batch, "k");
@@ -221,27 +234,43 @@ pub fn assert_copy_output(out: &Path, rows: u64, keys: u64) {
 pub fn assert_aggregate_output(out: &Path, rows: u64, keys: u64) {
     let mut expected: HashMap<i64, (i64, f64, i64)> = HashMap::new();
     for i in 0..rows {
-        let entry = expected.entry((splitmix64(i) % keys) as i64).or_insert((0, 0.0, i64::MIN));
+        let entry = expected
+            .entry((splitmix64(i) % keys) as i64)
+            .or_insert((0, 0.0, i64::MIN));
         entry.0 += 1;
         entry.1 += (i % 1000) as f64 / 4.0;
         entry.2 = entry.2.max(i as i64);
     }
     let mut seen: HashMap<i64, (i64, f64, i64)> = HashMap::new();
     for batch in read_output(out) {
-        let names: Vec<_> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let names: Vec<_> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
         assert_eq!(names, ["k", "count", "sum_v", "max_id"], "output columns");
         let k = column::<Int64Type>(&batch, "k");
         let count = column::<Int64Type>(&batch, "count");
         let sum = column::<Float64Type>(&batch, "sum_v");
         let max = column::<Int64Type>(&batch, "max_id");
         for row in 0..batch.num_rows() {
-            let previous = seen.insert(k.value(row), (count.value(row), sum.value(row), max.value(row)));
-            assert!(previous.is_none(), "key {} appears twice in the output", k.value(row));
+            let previous = seen.insert(
+                k.value(row),
+                (count.value(row), sum.value(row), max.value(row)),
+            );
+            assert!(
+                previous.is_none(),
+                "key {} appears twice in the output",
+                k.value(row)
+            );
         }
     }
     assert_eq!(seen.len(), expected.len(), "number of keys in the output");
     for (key, want) in &expected {
-        let got = seen.get(key).unwrap_or_else(|| panic!("key {key} is missing"));
+        let got = seen
+            .get(key)
+            .unwrap_or_else(|| panic!("key {key} is missing"));
         assert_eq!(got, want, "key {key}: (count, sum_v, max_id)");
     }
 }

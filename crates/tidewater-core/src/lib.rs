@@ -26,7 +26,9 @@ pub use error::{Domain, Error, Result};
 pub use ids::{CheckpointId, Epoch};
 pub use operator::{Collector, Operator, OperatorFactory, TaskContext};
 pub use pipeline::{KeyedStream, Partitioning, Pipeline, SinkRef, Stream};
-pub use runtime::{Job, JobConfig, JobControl, JobHandle, Outcome, Progress, ProgressSnapshot, Summary};
+pub use runtime::{
+    Job, JobConfig, JobControl, JobHandle, Outcome, Progress, ProgressSnapshot, Summary,
+};
 pub use sink::{CommitHandle, Sink, SinkWriter};
 pub use source::{Cursor, Source, Split, SplitReader};
 pub use sources::generator::{GeneratorSource, splitmix64};

@@ -30,7 +30,11 @@ macro_rules! hash_primitive {
             } else {
                 $state.hash_one(v.to_bits_for_hash())
             };
-            *h = if $first { value } else { $state.hash_one((*h, value)) };
+            *h = if $first {
+                value
+            } else {
+                $state.hash_one((*h, value))
+            };
         }
     }};
 }
@@ -101,7 +105,11 @@ pub fn hash_columns(columns: &[&ArrayRef], hashes: &mut Vec<u64>) -> Result<()> 
                 let array = column.as_boolean();
                 for (h, v) in hashes.iter_mut().zip(array.iter()) {
                     let value = v.map_or(NULL_HASH, |b| state.hash_one(b));
-                    *h = if first { value } else { state.hash_one((*h, value)) };
+                    *h = if first {
+                        value
+                    } else {
+                        state.hash_one((*h, value))
+                    };
                 }
             }
             other => {
@@ -123,7 +131,11 @@ where
     let state = hasher();
     for (h, v) in hashes.iter_mut().zip(values) {
         let value = v.map_or(NULL_HASH, |b| state.hash_one(b.as_ref()));
-        *h = if first { value } else { state.hash_one((*h, value)) };
+        *h = if first {
+            value
+        } else {
+            state.hash_one((*h, value))
+        };
     }
 }
 
@@ -152,7 +164,10 @@ pub fn partition_batch(
                 Ok(Some(batch.clone()))
             } else {
                 let rows = Arc::new(UInt32Array::from(rows)) as ArrayRef;
-                Ok(Some(take_record_batch(batch, rows.as_primitive::<UInt32Type>())?))
+                Ok(Some(take_record_batch(
+                    batch,
+                    rows.as_primitive::<UInt32Type>(),
+                )?))
             }
         })
         .collect()
@@ -180,7 +195,11 @@ mod tests {
             let part = part.as_ref().unwrap();
             total += part.num_rows();
             for k in part.column(1).as_primitive::<Int64Type>().values() {
-                assert_eq!(*owner.entry(*k).or_insert(p), p, "key {k} in two partitions");
+                assert_eq!(
+                    *owner.entry(*k).or_insert(p),
+                    p,
+                    "key {k} in two partitions"
+                );
             }
         }
         assert_eq!(total, 10_000);

@@ -36,7 +36,8 @@ pub struct StoreLocation {
 pub fn open_location(location: &str) -> Result<StoreLocation> {
     if location.trim().is_empty() {
         return Err(Error::InvalidPipeline(
-            "an empty storage location was given: pass a folder path or a URL such as file:///data".into(),
+            "an empty storage location was given: pass a folder path or a URL such as file:///data"
+                .into(),
         ));
     }
     let display = location.to_string();

@@ -39,7 +39,9 @@ pub fn decode_verified(bytes: &[u8], expected_crc: u32, what: &str) -> Result<Re
         .map_err(|e| Error::Corrupt(format!("{what}: {e}")))?;
     match batches.len() {
         1 => Ok(batches.into_iter().next().expect("one batch")),
-        n => Err(Error::Corrupt(format!("{what}: expected one batch, found {n}"))),
+        n => Err(Error::Corrupt(format!(
+            "{what}: expected one batch, found {n}"
+        ))),
     }
 }
 
@@ -53,11 +55,9 @@ mod tests {
 
     #[test]
     fn round_trip_and_detect_a_flipped_byte() {
-        let batch = RecordBatch::try_from_iter([(
-            "x",
-            Arc::new(Int64Array::from(vec![1, 2, 3])) as _,
-        )])
-        .unwrap();
+        let batch =
+            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1, 2, 3])) as _)])
+                .unwrap();
         let bytes = encode(&batch).unwrap();
         let crc = checksum(&bytes);
         assert_eq!(decode_verified(&bytes, crc, "t").unwrap(), batch);

@@ -35,7 +35,11 @@ mod tests {
         ];
         for (existing, mine, allowed) in cases {
             let existing: Vec<_> = existing.iter().copied().map(Epoch).collect();
-            assert_eq!(check("j", Epoch(*mine), &existing).is_ok(), *allowed, "{existing:?} {mine}");
+            assert_eq!(
+                check("j", Epoch(*mine), &existing).is_ok(),
+                *allowed,
+                "{existing:?} {mine}"
+            );
         }
         assert_eq!(next_epoch(&[]), Epoch(1));
         assert_eq!(next_epoch(&[Epoch(4), Epoch(2)]), Epoch(5));

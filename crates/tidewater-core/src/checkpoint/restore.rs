@@ -59,13 +59,19 @@ pub fn check_compatible(
                     ),
                 ));
             }
-            notes.push(format!("operator '{}' was removed from the pipeline", old.uid));
+            notes.push(format!(
+                "operator '{}' was removed from the pipeline",
+                old.uid
+            ));
             continue;
         };
         if old.kind != new.kind {
             return Err(refuse(
                 &old.uid,
-                format!("was kind '{}' in the checkpoint and is kind '{}' now", old.kind, new.kind),
+                format!(
+                    "was kind '{}' in the checkpoint and is kind '{}' now",
+                    old.kind, new.kind
+                ),
             ));
         }
         if old.state_version != new.state_version {
@@ -130,7 +136,11 @@ pub fn retention_victims(
     let mut sorted = complete.to_vec();
     sorted.sort_unstable();
     let oldest_kept = sorted[sorted.len() - retain];
-    folders.iter().copied().filter(|id| *id < oldest_kept).collect()
+    folders
+        .iter()
+        .copied()
+        .filter(|id| *id < oldest_kept)
+        .collect()
 }
 
 #[cfg(test)]
@@ -169,32 +179,53 @@ mod tests {
             c[i].0 = record;
             c
         };
-        let refused_uid = |current: &[(OperatorRecord, Role)], options| {
-            match check_compatible(id, &recorded, current, options) {
-                Err(Error::IncompatibleState { uid, .. }) => Some(uid),
-                Err(e) => panic!("unexpected error {e}"),
-                Ok(_) => None,
-            }
+        let refused_uid = |current: &[(OperatorRecord, Role)], options| match check_compatible(
+            id, &recorded, current, options,
+        ) {
+            Err(Error::IncompatibleState { uid, .. }) => Some(uid),
+            Err(e) => panic!("unexpected error {e}"),
+            Ok(_) => None,
         };
         // Sources and sinks may rescale; keyed state may not.
-        assert_eq!(refused_uid(&with(0, op("gen", "generator", Some(1), 4)), strict), None);
-        assert_eq!(refused_uid(&with(3, op("out", "parquet-sink", None, 1)), strict), None);
-        assert_eq!(refused_uid(&with(1, op("agg", "aggregate", Some(1), 3)), strict), Some("agg".into()));
+        assert_eq!(
+            refused_uid(&with(0, op("gen", "generator", Some(1), 4)), strict),
+            None
+        );
+        assert_eq!(
+            refused_uid(&with(3, op("out", "parquet-sink", None, 1)), strict),
+            None
+        );
+        assert_eq!(
+            refused_uid(&with(1, op("agg", "aggregate", Some(1), 3)), strict),
+            Some("agg".into())
+        );
         // Another kind or state version under the same uid.
-        assert_eq!(refused_uid(&with(1, op("agg", "dedup", Some(1), 2)), strict), Some("agg".into()));
-        assert_eq!(refused_uid(&with(1, op("agg", "aggregate", Some(2), 2)), strict), Some("agg".into()));
+        assert_eq!(
+            refused_uid(&with(1, op("agg", "dedup", Some(1), 2)), strict),
+            Some("agg".into())
+        );
+        assert_eq!(
+            refused_uid(&with(1, op("agg", "aggregate", Some(2), 2)), strict),
+            Some("agg".into())
+        );
         // A stateless operator can go away; a stateful one only when allowed.
         let without_keep: Vec<_> = same.iter().filter(|c| c.0.uid != "keep").cloned().collect();
         assert_eq!(refused_uid(&without_keep, strict), None);
         let without_agg: Vec<_> = same.iter().filter(|c| c.0.uid != "agg").cloned().collect();
         assert_eq!(refused_uid(&without_agg, strict), Some("agg".into()));
-        let drop_ok = RestoreOptions { allow_dropped_state: true, ..strict };
+        let drop_ok = RestoreOptions {
+            allow_dropped_state: true,
+            ..strict
+        };
         assert_eq!(refused_uid(&without_agg, drop_ok), None);
         // A new stateful operator would miss earlier rows: refused unless allowed.
         let mut added = same.clone();
         added.push((op("dedup", "dedup", Some(1), 2), Role::Operator));
         assert_eq!(refused_uid(&added, strict), Some("dedup".into()));
-        let new_ok = RestoreOptions { allow_new_state: true, ..strict };
+        let new_ok = RestoreOptions {
+            allow_new_state: true,
+            ..strict
+        };
         assert_eq!(refused_uid(&added, new_ok), None);
         let mut added_stateless = same.clone();
         added_stateless.push((op("tag", "map", None, 2), Role::Operator));

@@ -66,7 +66,10 @@ impl StateStore {
         bytes: Bytes,
     ) -> Result<BlobRecord> {
         let relative = format!("{uid}/{subtask}.arrow");
-        let path = self.checkpoint_dir(id).join(uid).join(format!("{subtask}.arrow"));
+        let path = self
+            .checkpoint_dir(id)
+            .join(uid)
+            .join(format!("{subtask}.arrow"));
         let record = BlobRecord {
             uid: uid.to_string(),
             subtask,
@@ -101,7 +104,10 @@ impl StateStore {
         let mut path = self.checkpoint_dir(id);
         for part in record.path.split('/') {
             let part = object_store::path::PathPart::parse(part).map_err(|e| {
-                Error::Corrupt(format!("checkpoint {id}: bad blob path '{}': {e}", record.path))
+                Error::Corrupt(format!(
+                    "checkpoint {id}: bad blob path '{}': {e}",
+                    record.path
+                ))
             })?;
             path = path.join(part);
         }
@@ -134,8 +140,11 @@ impl StateStore {
     pub async fn read_manifest(&self, id: CheckpointId) -> Result<Manifest> {
         let path = self.manifest_path(id);
         let bytes = self.get(&path, "read manifest").await?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Corrupt(format!("checkpoint {id}: manifest '{path}' is not valid: {e}")))
+        serde_json::from_slice(&bytes).map_err(|e| {
+            Error::Corrupt(format!(
+                "checkpoint {id}: manifest '{path}' is not valid: {e}"
+            ))
+        })
     }
 
     /// Ids of every checkpoint that has a manifest, and of every checkpoint
@@ -152,7 +161,10 @@ impl StateStore {
         let depth = self.root.parts().count();
         for object in objects {
             let parts: Vec<_> = object.location.parts().skip(depth).collect();
-            let Some(id) = parts.first().and_then(|p| parse_checkpoint_folder(p.as_ref())) else {
+            let Some(id) = parts
+                .first()
+                .and_then(|p| parse_checkpoint_folder(p.as_ref()))
+            else {
                 continue;
             };
             folders.insert(id);
@@ -160,7 +172,10 @@ impl StateStore {
                 complete.insert(id);
             }
         }
-        Ok((complete.into_iter().collect(), folders.into_iter().collect()))
+        Ok((
+            complete.into_iter().collect(),
+            folders.into_iter().collect(),
+        ))
     }
 
     /// Deletes everything of checkpoint `id`.
@@ -180,7 +195,13 @@ impl StateStore {
         for object in objects {
             match self.store.delete(&object.location).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(Error::storage("delete checkpoint object", object.location, e)),
+                Err(e) => {
+                    return Err(Error::storage(
+                        "delete checkpoint object",
+                        object.location,
+                        e,
+                    ));
+                }
             }
         }
         Ok(())
@@ -210,9 +231,17 @@ impl StateStore {
     pub async fn claim_epoch(&self) -> Result<Epoch> {
         loop {
             let next = fence::next_epoch(&self.epochs().await?);
-            let path = self.root.clone().join(EPOCHS).join(format!("{:020}", next.0));
+            let path = self
+                .root
+                .clone()
+                .join(EPOCHS)
+                .join(format!("{:020}", next.0));
             let options = PutOptions::from(PutMode::Create);
-            match self.store.put_opts(&path, PutPayload::default(), options).await {
+            match self
+                .store
+                .put_opts(&path, PutPayload::default(), options)
+                .await
+            {
                 Ok(_) => return Ok(next),
                 Err(object_store::Error::AlreadyExists { .. }) => continue,
                 Err(e) => return Err(Error::storage("claim epoch", &path, e)),
@@ -287,7 +316,14 @@ mod tests {
         let err = store.write_manifest(&other).await.unwrap_err();
         assert!(matches!(err, Error::Fenced { .. }), "{err}");
         // The first manifest is untouched.
-        assert_eq!(store.read_manifest(CheckpointId(7)).await.unwrap().rows_read, 70);
+        assert_eq!(
+            store
+                .read_manifest(CheckpointId(7))
+                .await
+                .unwrap()
+                .rows_read,
+            70
+        );
     }
 
     #[tokio::test]

@@ -52,7 +52,9 @@ pub(crate) fn validate_uid(uid: &str) -> Result<()> {
         && uid.len() <= 128
         && !uid.starts_with('.')
         && !uid.starts_with('_')
-        && uid.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        && uid
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
     if ok {
         Ok(())
     } else {

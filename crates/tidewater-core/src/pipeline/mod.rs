@@ -88,7 +88,9 @@ impl Pipeline {
         }
         graph::validate_uid(&self.name)?;
         if self.default_parallelism == 0 {
-            return Err(Error::InvalidPipeline("parallelism must be at least 1".into()));
+            return Err(Error::InvalidPipeline(
+                "parallelism must be at least 1".into(),
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         let mut consumed = vec![false; nodes.len()];
@@ -256,7 +258,10 @@ impl KeyedStream {
         self.keyed().then(
             uid.into(),
             NodeBody::Operator(Arc::new(move |_: &TaskContext| {
-                Ok(Box::new(AggregateOperator::new(keys.clone(), spec.clone())?) as Box<dyn Operator>)
+                Ok(
+                    Box::new(AggregateOperator::new(keys.clone(), spec.clone())?)
+                        as Box<dyn Operator>,
+                )
             })),
         )
     }

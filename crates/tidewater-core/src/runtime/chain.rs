@@ -24,7 +24,11 @@ impl OperatorChain {
         self.process_from(0, vec![batch])
     }
 
-    fn process_from(&mut self, first: usize, mut batches: Vec<RecordBatch>) -> Result<Vec<RecordBatch>> {
+    fn process_from(
+        &mut self,
+        first: usize,
+        mut batches: Vec<RecordBatch>,
+    ) -> Result<Vec<RecordBatch>> {
         let mut collector = Collector::default();
         for op in &mut self.operators[first..] {
             if batches.is_empty() {

@@ -216,7 +216,9 @@ impl Coordinator {
     async fn complete(&mut self, flight: InFlight) -> Result<()> {
         let mut manifest = flight.manifest;
         manifest.rows_read = self.rows_before_run + flight.rows_read_in_run;
-        manifest.blobs.sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
+        manifest
+            .blobs
+            .sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
         manifest
             .commits
             .sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));

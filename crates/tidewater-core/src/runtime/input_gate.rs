@@ -168,7 +168,10 @@ mod tests {
         assert_eq!(before, vec![1, 2]);
         // b is the only open input; nothing else is readable until it delivers.
         let pending = tokio::time::timeout(std::time::Duration::from_millis(50), gate.next()).await;
-        assert!(pending.is_err(), "post-barrier rows must not pass before alignment");
+        assert!(
+            pending.is_err(),
+            "post-barrier rows must not pass before alignment"
+        );
 
         b_tx.send(batch(3)).await.unwrap();
         assert_eq!(value(&gate.next().await.unwrap()), 3);
@@ -191,9 +194,15 @@ mod tests {
         let mut gate = InputGate::new(vec![a_rx, b_rx]);
         a_tx.send(Message::Barrier(CheckpointId(4))).await.unwrap();
         b_tx.send(Message::End(CheckpointId(5))).await.unwrap();
-        assert!(matches!(gate.next().await.unwrap(), GateEvent::Barrier(CheckpointId(4))));
+        assert!(matches!(
+            gate.next().await.unwrap(),
+            GateEvent::Barrier(CheckpointId(4))
+        ));
         a_tx.send(Message::End(CheckpointId(5))).await.unwrap();
-        assert!(matches!(gate.next().await.unwrap(), GateEvent::End(CheckpointId(5))));
+        assert!(matches!(
+            gate.next().await.unwrap(),
+            GateEvent::End(CheckpointId(5))
+        ));
     }
 
     #[tokio::test]

@@ -205,6 +205,26 @@ impl JobHandle {
     }
 }
 
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let chains: Vec<Vec<&str>> = self
+            .chains
+            .iter()
+            .map(|c| {
+                c.nodes
+                    .iter()
+                    .map(|n| self.nodes[*n].uid.as_str())
+                    .collect()
+            })
+            .collect();
+        f.debug_struct("Job")
+            .field("name", &self.name)
+            .field("chains", &chains)
+            .field("parallelism", &self.parallelism)
+            .finish()
+    }
+}
+
 impl Job {
     pub(crate) fn new(name: String, default_parallelism: usize, nodes: Vec<Node>) -> Result<Self> {
         let parallelism: Vec<usize> = nodes
@@ -258,17 +278,26 @@ impl Job {
 }
 
 /// The records the manifest keeps per operator, with each one's role.
-fn describe(job: &Job, operators: &HashMap<usize, Vec<Box<dyn Operator>>>) -> Vec<(OperatorRecord, Role)> {
+fn describe(
+    job: &Job,
+    operators: &HashMap<usize, Vec<Box<dyn Operator>>>,
+) -> Vec<(OperatorRecord, Role)> {
     job.nodes
         .iter()
         .enumerate()
         .map(|(id, node)| {
             let (kind, state_version, role) = match &node.body {
-                NodeBody::Source(source) => (format!("source:{}", source.kind()), Some(1), Role::Source),
+                NodeBody::Source(source) => {
+                    (format!("source:{}", source.kind()), Some(1), Role::Source)
+                }
                 NodeBody::Sink(sink) => (format!("sink:{}", sink.kind()), None, Role::Sink),
                 NodeBody::Operator(_) => {
                     let first = &operators[&id][0];
-                    (first.kind().to_string(), first.state_version(), Role::Operator)
+                    (
+                        first.kind().to_string(),
+                        first.state_version(),
+                        Role::Operator,
+                    )
                 }
             };
             let record = OperatorRecord {
@@ -285,11 +314,22 @@ fn describe(job: &Job, operators: &HashMap<usize, Vec<Box<dyn Operator>>>) -> Ve
 fn fingerprint(job: &Job, records: &[(OperatorRecord, Role)]) -> String {
     let mut hasher = foldhash::fast::FixedState::with_seed(1).build_hasher();
     for (record, _) in records {
-        (&record.uid, &record.kind, record.state_version, record.parallelism).hash(&mut hasher);
+        (
+            &record.uid,
+            &record.kind,
+            record.state_version,
+            record.parallelism,
+        )
+            .hash(&mut hasher);
     }
     for node in &job.nodes {
         for edge in &node.inputs {
-            (&job.nodes[edge.from].uid, &node.uid, format!("{:?}", edge.partitioning)).hash(&mut hasher);
+            (
+                &job.nodes[edge.from].uid,
+                &node.uid,
+                format!("{:?}", edge.partitioning),
+            )
+                .hash(&mut hasher);
         }
     }
     format!("{:016x}", hasher.finish())
@@ -330,7 +370,10 @@ async fn run(
 
     let restored = match restore(&store, &records, &sinks, config.restore).await? {
         RestoreResult::AlreadyComplete(checkpoint) => {
-            info!(checkpoint = checkpoint.0, "the job already completed; nothing to do");
+            info!(
+                checkpoint = checkpoint.0,
+                "the job already completed; nothing to do"
+            );
             return Ok(Outcome::AlreadyComplete { checkpoint });
         }
         RestoreResult::Run(restored) => restored,
@@ -342,7 +385,16 @@ async fn run(
     }
     progress.set_baseline(restored.rows_read, restored.checkpoint.map_or(0, |c| c.0));
 
-    let wiring = wire(&job, &config, &store, operators, &restored, progress.clone(), &sinks).await?;
+    let wiring = wire(
+        &job,
+        &config,
+        &store,
+        operators,
+        &restored,
+        progress.clone(),
+        &sinks,
+    )
+    .await?;
     let coordinator = Coordinator {
         store,
         epoch,
@@ -426,20 +478,22 @@ async fn wire(
         .collect();
     for (down, chain) in job.chains.iter().enumerate() {
         for (up, partitioning) in &chain.inputs {
-            for up_subtask in 0..job.chains[*up].parallelism {
-                let mut senders = Vec::with_capacity(chain.parallelism);
-                for down_subtask in 0..chain.parallelism {
+            for (up_subtask, up_routes) in routes[*up].iter_mut().enumerate() {
+                let route = if *partitioning == Partitioning::Forward {
+                    // Subtask i feeds subtask i only.
                     let (tx, rx) = mpsc::channel(config.channel_capacity);
-                    let forward = *partitioning == Partitioning::Forward;
-                    if forward && down_subtask != up_subtask {
-                        // Forward edges connect equal subtasks only.
+                    receivers[down][up_subtask].push(rx);
+                    Route::Forward(tx)
+                } else {
+                    let mut senders = Vec::with_capacity(chain.parallelism);
+                    for inbox in receivers[down].iter_mut() {
+                        let (tx, rx) = mpsc::channel(config.channel_capacity);
+                        inbox.push(rx);
                         senders.push(tx);
-                        continue;
                     }
-                    senders.push(tx);
-                    receivers[down][down_subtask].push(rx);
-                }
-                routes[*up][up_subtask].push(Route::new(partitioning, senders, up_subtask));
+                    Route::new(partitioning, senders, up_subtask)
+                };
+                up_routes.push(route);
             }
         }
     }
@@ -453,11 +507,17 @@ async fn wire(
         let last = *chain.nodes.last().expect("chains are not empty");
         // Sources: assign splits round-robin, with their restored cursors.
         let splits = match &job.nodes[head].body {
-            NodeBody::Source(source) => Some(assign_splits(job, head, source.as_ref(), restored).await?),
+            NodeBody::Source(source) => {
+                Some(assign_splits(job, head, source.as_ref(), restored).await?)
+            }
             _ => None,
         };
         if let Some(all) = &splits {
-            let total: u64 = all.iter().flatten().filter_map(|s| s.split.estimated_rows).sum();
+            let total: u64 = all
+                .iter()
+                .flatten()
+                .filter_map(|s| s.split.estimated_rows)
+                .sum();
             progress.set_total(progress.snapshot().rows_total + total);
         }
         for subtask in (0..chain.parallelism).rev() {

@@ -26,7 +26,11 @@ pub(crate) enum Route {
 
 impl Route {
     /// A route to `senders` (one per downstream subtask) for this task's `subtask`.
-    pub fn new(partitioning: &Partitioning, mut senders: Vec<Sender<Message>>, subtask: usize) -> Self {
+    pub fn new(
+        partitioning: &Partitioning,
+        mut senders: Vec<Sender<Message>>,
+        subtask: usize,
+    ) -> Self {
         match partitioning {
             Partitioning::Forward => Route::Forward(senders.swap_remove(subtask)),
             Partitioning::Rebalance => Route::Rebalance {

@@ -69,14 +69,16 @@ impl Progress {
 
     pub(crate) fn set_baseline(&self, rows_read: u64, checkpoint: u64) {
         self.rows_read.store(rows_read, Ordering::Relaxed);
-        self.rows_at_last_checkpoint.store(rows_read, Ordering::Relaxed);
+        self.rows_at_last_checkpoint
+            .store(rows_read, Ordering::Relaxed);
         self.last_checkpoint.store(checkpoint, Ordering::Relaxed);
     }
 
     pub(crate) fn checkpoint_completed(&self, id: u64, rows_read: u64, took: Duration) {
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.last_checkpoint.store(id, Ordering::Relaxed);
-        self.rows_at_last_checkpoint.store(rows_read, Ordering::Relaxed);
+        self.rows_at_last_checkpoint
+            .store(rows_read, Ordering::Relaxed);
         self.last_checkpoint_ms
             .store(took.as_millis() as u64, Ordering::Relaxed);
         self.last_checkpoint_at_ms

@@ -9,9 +9,9 @@ use tracing::{info, warn};
 
 use super::coordinator::commit_all;
 use super::task::read_source_state;
+use crate::checkpoint::StateStore;
 use crate::checkpoint::manifest::{CheckpointKind, Manifest, OperatorRecord};
 use crate::checkpoint::restore::{RestoreOptions, Role, check_compatible};
-use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
 use crate::ids::CheckpointId;
 use crate::sink::Sink;
@@ -79,7 +79,11 @@ pub(crate) async fn restore(
                 restored.checkpoint = Some(id);
                 restored.rows_read = manifest.rows_read;
                 restored.next_id = next_id;
-                info!(checkpoint = id.0, rows_read = manifest.rows_read, "restoring");
+                info!(
+                    checkpoint = id.0,
+                    rows_read = manifest.rows_read,
+                    "restoring"
+                );
                 return Ok(RestoreResult::Run(restored));
             }
             Err(e @ (Error::Corrupt(_) | Error::Storage { .. })) => {

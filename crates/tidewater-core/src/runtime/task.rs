@@ -25,7 +25,10 @@ use crate::state;
 #[derive(Debug)]
 pub(crate) enum Control {
     /// Take checkpoint n now; with `pause`, stop reading afterwards (a savepoint).
-    Trigger { checkpoint: CheckpointId, pause: bool },
+    Trigger {
+        checkpoint: CheckpointId,
+        pause: bool,
+    },
     /// All sources are exhausted: end the output; the final checkpoint is n.
     Finish(CheckpointId),
 }
@@ -132,11 +135,13 @@ impl TaskCore {
         let events = self.events.clone();
         let subtask = self.chain.subtask;
         tokio::spawn(async move {
-            let result = upload(&store, checkpoint, subtask, states).await.map(|blobs| AckData {
-                blobs,
-                commits,
-                rows_read,
-            });
+            let result = upload(&store, checkpoint, subtask, states)
+                .await
+                .map(|blobs| AckData {
+                    blobs,
+                    commits,
+                    rows_read,
+                });
             // A closed channel means the job already ended; nobody needs the ack.
             let _ = events.send(Event::Ack(Ack { checkpoint, result }));
         });
@@ -231,7 +236,10 @@ pub(crate) fn read_source_state(
     for i in 0..state.num_rows() {
         let cursor = if values.is_valid(i) {
             Some(serde_json::from_str(values.value(i)).map_err(|e| {
-                Error::Corrupt(format!("cursor of split '{}' is not JSON: {e}", ids.value(i)))
+                Error::Corrupt(format!(
+                    "cursor of split '{}' is not JSON: {e}",
+                    ids.value(i)
+                ))
             })?)
         } else {
             None
@@ -256,7 +264,9 @@ impl SourceTask {
     pub async fn run(mut self) -> Result<()> {
         let subtask = self.core.chain.subtask;
         let uid = self.uid.clone();
-        self.run_inner().await.map_err(|e| e.in_operator(&uid, subtask))
+        self.run_inner()
+            .await
+            .map_err(|e| e.in_operator(&uid, subtask))
     }
 
     async fn run_inner(&mut self) -> Result<()> {
@@ -294,7 +304,10 @@ impl SourceTask {
                 match self.splits.iter().position(|s| !s.done) {
                     Some(index) => {
                         let state = &self.splits[index];
-                        let opened = self.source.open(&state.split, state.cursor.as_ref()).await?;
+                        let opened = self
+                            .source
+                            .open(&state.split, state.cursor.as_ref())
+                            .await?;
                         reader = Some((index, opened));
                     }
                     None => {

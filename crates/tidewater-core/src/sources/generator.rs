@@ -163,7 +163,10 @@ impl Source for GeneratorSource {
                 .and_then(|n| n.as_u64())
                 .filter(|n| (start..=end).contains(n))
                 .ok_or_else(|| {
-                    Error::Corrupt(format!("generator cursor {cursor} does not fit split {}", split.id))
+                    Error::Corrupt(format!(
+                        "generator cursor {cursor} does not fit split {}",
+                        split.id
+                    ))
                 })?,
         };
         Ok(Box::new(GeneratorReader {
@@ -214,11 +217,23 @@ mod tests {
     fn rows_follow_the_spec() {
         let source = GeneratorSource::new(10, 7);
         let batch = source.batch(3, 5).unwrap();
-        let s = batch.column(3).as_any().downcast_ref::<StringArray>().unwrap();
+        let s = batch
+            .column(3)
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .unwrap();
         assert_eq!(s.value(0), format!("{:016x}", splitmix64(3)));
-        let k = batch.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let k = batch
+            .column(1)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
         assert_eq!(k.value(1), (splitmix64(4) % 7) as i64);
-        let v = batch.column(2).as_any().downcast_ref::<Float64Array>().unwrap();
+        let v = batch
+            .column(2)
+            .as_any()
+            .downcast_ref::<Float64Array>()
+            .unwrap();
         assert_eq!(v.value(0), 0.75);
     }
 

@@ -184,12 +184,18 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
 
     fn to_array(&self) -> ArrayRef {
         let nulls = NullBuffer::new(BooleanBuffer::from(self.seen.as_slice()));
-        Arc::new(PrimitiveArray::<T>::new(self.values.clone().into(), Some(nulls)))
+        Arc::new(PrimitiveArray::<T>::new(
+            self.values.clone().into(),
+            Some(nulls),
+        ))
     }
 
     fn restore(&mut self, array: &ArrayRef) -> Result<()> {
         let array = array.as_primitive_opt::<T>().ok_or_else(|| {
-            Error::Corrupt(format!("aggregate state column has type {}", array.data_type()))
+            Error::Corrupt(format!(
+                "aggregate state column has type {}",
+                array.data_type()
+            ))
         })?;
         self.values = array.values().to_vec();
         self.seen = (0..array.len()).map(|i| array.is_valid(i)).collect();
@@ -296,10 +302,14 @@ impl AggregateOperator {
     /// An aggregation of `spec` grouped by the `keys` columns.
     pub fn new(keys: Vec<String>, spec: Arc<AggregateSpec>) -> Result<Self> {
         if keys.is_empty() {
-            return Err(Error::InvalidPipeline("key_by needs at least one key column".into()));
+            return Err(Error::InvalidPipeline(
+                "key_by needs at least one key column".into(),
+            ));
         }
         if spec.exprs.is_empty() {
-            return Err(Error::InvalidPipeline("aggregate needs at least one aggregate".into()));
+            return Err(Error::InvalidPipeline(
+                "aggregate needs at least one aggregate".into(),
+            ));
         }
         Ok(AggregateOperator {
             keys,
@@ -319,7 +329,11 @@ impl AggregateOperator {
                 ))
             })
         };
-        let key_indices = self.keys.iter().map(|k| index_of(k)).collect::<Result<Vec<_>>>()?;
+        let key_indices = self
+            .keys
+            .iter()
+            .map(|k| index_of(k))
+            .collect::<Result<Vec<_>>>()?;
         let mut fields: Vec<Field> = key_indices
             .iter()
             .map(|i| input.field(*i).clone().with_nullable(true))
@@ -333,12 +347,14 @@ impl AggregateOperator {
             let (accumulator, cast_to) = match (expr.function, source_type) {
                 (AggregateFunction::Count, None) => (Accumulator::CountRows(Vec::new()), None),
                 (AggregateFunction::Count, Some(_)) => (Accumulator::CountValues(Vec::new()), None),
-                (function, Some(t)) if t.is_integer() => {
-                    (Accumulator::Int(Numeric::new(function)), Some(DataType::Int64))
-                }
-                (function, Some(t)) if t.is_floating() => {
-                    (Accumulator::Float(Numeric::new(function)), Some(DataType::Float64))
-                }
+                (function, Some(t)) if t.is_integer() => (
+                    Accumulator::Int(Numeric::new(function)),
+                    Some(DataType::Int64),
+                ),
+                (function, Some(t)) if t.is_floating() => (
+                    Accumulator::Float(Numeric::new(function)),
+                    Some(DataType::Float64),
+                ),
                 (function, Some(t)) => {
                     return Err(Error::BadInput(format!(
                         "aggregate '{}': {function:?} needs an integer or floating-point column, \
@@ -355,7 +371,11 @@ impl AggregateOperator {
                 }
             };
             let nullable = !matches!(expr.function, AggregateFunction::Count);
-            fields.push(Field::new(&expr.output, accumulator.output_type(), nullable));
+            fields.push(Field::new(
+                &expr.output,
+                accumulator.output_type(),
+                nullable,
+            ));
             input_indices.push(index);
             input_types.push(cast_to);
             accumulators.push(accumulator);
@@ -493,7 +513,12 @@ impl Operator for AggregateOperator {
 }
 
 fn check_same_types(restored: &Schema, now: &Schema) -> Result<()> {
-    let types = |s: &Schema| s.fields().iter().map(|f| f.data_type().clone()).collect::<Vec<_>>();
+    let types = |s: &Schema| {
+        s.fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect::<Vec<_>>()
+    };
     if types(restored) == types(now) {
         Ok(())
     } else {

@@ -34,7 +34,10 @@ impl GroupIndex {
                 null_group: None,
             }
         } else {
-            let fields = key_types.iter().map(|t| SortField::new(t.clone())).collect();
+            let fields = key_types
+                .iter()
+                .map(|t| SortField::new(t.clone()))
+                .collect();
             GroupIndex::Rows {
                 converter: RowConverter::new(fields)?,
                 map: HashMap::default(),

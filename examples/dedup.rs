@@ -1,0 +1,151 @@
+//! A user-defined operator with its own checkpointed state: keep the first row
+//! of every key, drop the rest. The set of keys already seen is the state; a
+//! restore that lost it would let keys through twice.
+//!
+//! ```text
+//! cargo run --release --example dedup
+//! ```
+//!
+//! The example runs the job, cancels it half-way (a savepoint), resumes it,
+//! and checks that every key came out exactly once.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::{AsArray, BooleanArray, Int64Array, RecordBatch};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use tidewater::prelude::*;
+use tidewater::{Error, state};
+
+/// Emits only the first row seen for each value of `k`.
+#[derive(Default)]
+struct FirstPerKey {
+    seen: HashSet<i64>,
+}
+
+impl Operator for FirstPerKey {
+    fn kind(&self) -> &str {
+        "first-per-key"
+    }
+
+    // Bump when the layout of `snapshot` changes: old checkpoints are then refused.
+    fn state_version(&self) -> Option<u32> {
+        Some(1)
+    }
+
+    fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let keys = batch
+            .column_by_name("k")
+            .ok_or_else(|| Error::BadInput("first-per-key needs a column 'k'".into()))?
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| Error::BadInput("first-per-key needs 'k' to be Int64".into()))?;
+        let keep: BooleanArray = keys
+            .values()
+            .iter()
+            .map(|k| Some(self.seen.insert(*k)))
+            .collect();
+        out.emit(filter_record_batch(&batch, &keep)?);
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let seen: Int64Array = self.seen.iter().copied().collect();
+        Ok(Some(RecordBatch::try_new(schema, vec![Arc::new(seen)])?))
+    }
+
+    fn restore(&mut self, state: RecordBatch) -> Result<()> {
+        self.seen = state::column::<Int64Array>(&state, "k")?
+            .values()
+            .iter()
+            .copied()
+            .collect();
+        Ok(())
+    }
+}
+
+const ROWS: u64 = 2_000_000;
+const KEYS: u64 = 50_000;
+
+fn build(out: &str) -> Result<Job> {
+    let pipeline = Pipeline::new("dedup").with_parallelism(2);
+    pipeline
+        .source("generator", GeneratorSource::new(ROWS, KEYS))
+        .key_by(["k"]) // every row of a key reaches the same subtask, and so the same set
+        .transform("first-per-key", |_ctx| Ok(FirstPerKey::default()))
+        .sink("parquet", ParquetSink::open(out)?);
+    pipeline.build()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt().with_env_filter("info").init();
+    let dir = tempfile::tempdir()?;
+    let state_dir = dir.path().join("state");
+    let out = dir.path().join("out");
+    let out = out.to_str().expect("utf-8 path");
+    let config = || -> Result<JobConfig> {
+        Ok(JobConfig::new(state_dir.to_str().expect("utf-8 path"))?
+            .checkpoint_interval(Some(Duration::from_millis(100))))
+    };
+
+    // Run, and cancel once a checkpoint exists: the job takes a savepoint.
+    let handle = build(out)?.start(config()?);
+    while handle.progress().checkpoints == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    handle.cancel();
+    println!("first run: {:?}", short(&handle.join().await?));
+
+    // Same state: resumes from the savepoint, with the seen keys restored.
+    println!(
+        "second run: {:?}",
+        short(&build(out)?.run(config()?).await?)
+    );
+
+    let mut keys = Vec::new();
+    for entry in std::fs::read_dir(out)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "parquet") {
+            let file = std::fs::File::open(&path)?;
+            let reader =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)?
+                    .build()?;
+            for batch in reader {
+                keys.extend(
+                    batch?
+                        .column(1)
+                        .as_primitive::<Int64Type>()
+                        .values()
+                        .iter()
+                        .copied(),
+                );
+            }
+        }
+    }
+    let distinct: HashSet<i64> = keys.iter().copied().collect();
+    println!("{} rows out, {} distinct keys", keys.len(), distinct.len());
+    anyhow::ensure!(
+        keys.len() == KEYS as usize,
+        "expected {KEYS} rows, one per key"
+    );
+    anyhow::ensure!(distinct.len() == keys.len(), "a key came out twice");
+    Ok(())
+}
+
+fn short(outcome: &Outcome) -> String {
+    match outcome {
+        Outcome::Completed(s) => {
+            format!("completed, resumed from {:?}", s.restored_from.map(|c| c.0))
+        }
+        Outcome::Cancelled { savepoint, summary } => {
+            format!(
+                "cancelled at savepoint {savepoint} after {} rows",
+                summary.progress.rows_read
+            )
+        }
+        Outcome::AlreadyComplete { checkpoint } => format!("already complete at {checkpoint}"),
+    }
+}

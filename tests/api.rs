@@ -1,0 +1,371 @@
+//! The library API end to end, in one process: graphs with unequal
+//! parallelism (round-robin, hash shuffle, several inputs per task), a user
+//! operator with its own checkpointed state across a cancel and resume, a
+//! zombie worker fenced off, and an operator error reported with its uid.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arrow::array::{AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use async_trait::async_trait;
+use tidewater::checkpoint::StateStore;
+use tidewater::prelude::*;
+use tidewater::{
+    CheckpointId, CommitHandle, Error, Sink, SinkWriter, StoreLocation, open_location, splitmix64,
+};
+
+/// A transactional in-memory sink: batches are staged per checkpoint and
+/// become visible on commit; committing twice changes nothing.
+#[derive(Clone, Default)]
+struct MemorySink {
+    state: Arc<Mutex<MemoryState>>,
+}
+
+#[derive(Default)]
+struct MemoryState {
+    staged: HashMap<(String, usize, u64), Vec<RecordBatch>>,
+    committed: BTreeMap<(String, usize, u64), Vec<RecordBatch>>,
+}
+
+impl MemorySink {
+    fn committed(&self) -> Vec<RecordBatch> {
+        self.state
+            .lock()
+            .unwrap()
+            .committed
+            .values()
+            .flatten()
+            .cloned()
+            .collect()
+    }
+}
+
+struct MemoryWriter {
+    sink: MemorySink,
+    uid: String,
+    subtask: usize,
+    buffer: Vec<RecordBatch>,
+}
+
+#[async_trait]
+impl Sink for MemorySink {
+    fn kind(&self) -> &str {
+        "memory"
+    }
+    async fn open_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(MemoryWriter {
+            sink: self.clone(),
+            uid: ctx.uid.to_string(),
+            subtask: ctx.subtask,
+            buffer: Vec::new(),
+        }))
+    }
+    async fn commit(&self, handle: &CommitHandle) -> Result<()> {
+        let mut state = self.state.lock().unwrap();
+        let key = (handle.uid.clone(), handle.subtask, handle.checkpoint.0);
+        if let Some(batches) = state.staged.remove(&key) {
+            state.committed.insert(key, batches);
+        }
+        Ok(())
+    }
+    async fn abort_uncommitted(&self, uid: &str) -> Result<()> {
+        self.state.lock().unwrap().staged.retain(|k, _| k.0 != uid);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SinkWriter for MemoryWriter {
+    async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        self.buffer.push(batch);
+        Ok(())
+    }
+    async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Option<serde_json::Value>> {
+        if self.buffer.is_empty() {
+            return Ok(None);
+        }
+        let key = (self.uid.clone(), self.subtask, checkpoint.0);
+        self.sink
+            .state
+            .lock()
+            .unwrap()
+            .staged
+            .insert(key, std::mem::take(&mut self.buffer));
+        Ok(Some(serde_json::json!({})))
+    }
+}
+
+/// A user operator with keyed state: numbers the rows of each key 0, 1, 2, ...
+#[derive(Default)]
+struct NumberPerKey {
+    next: HashMap<i64, i64>,
+}
+
+fn numbered_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("k", DataType::Int64, false),
+        Field::new("n", DataType::Int64, false),
+    ]))
+}
+
+impl Operator for NumberPerKey {
+    fn kind(&self) -> &str {
+        "number-per-key"
+    }
+    fn state_version(&self) -> Option<u32> {
+        Some(1)
+    }
+    fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let k = tidewater::state::column::<Int64Array>(&batch, "k")?;
+        let n: Int64Array = k
+            .values()
+            .iter()
+            .map(|k| {
+                let next = self.next.entry(*k).or_insert(0);
+                *next += 1;
+                *next - 1
+            })
+            .collect();
+        let id = batch.column_by_name("id").unwrap().clone();
+        out.emit(RecordBatch::try_new(
+            numbered_schema(),
+            vec![id, batch.column_by_name("k").unwrap().clone(), Arc::new(n)],
+        )?);
+        Ok(())
+    }
+    fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        let (keys, next): (Vec<i64>, Vec<i64>) = self.next.iter().map(|(k, n)| (*k, *n)).unzip();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("next", DataType::Int64, false),
+        ]));
+        Ok(Some(RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(Int64Array::from(next)),
+            ],
+        )?))
+    }
+    fn restore(&mut self, state: RecordBatch) -> Result<()> {
+        let keys = tidewater::state::column::<Int64Array>(&state, "k")?;
+        let next = tidewater::state::column::<Int64Array>(&state, "next")?;
+        self.next = keys
+            .values()
+            .iter()
+            .copied()
+            .zip(next.values().iter().copied())
+            .collect();
+        Ok(())
+    }
+}
+
+const ROWS: u64 = 400_000;
+const KEYS: u64 = 1_000;
+
+/// generator (p=1) → filter (p=3, round-robin) → key_by(k) → number-per-key (p=2) → sink (p=1)
+fn numbering_job(sink: &MemorySink) -> Job {
+    let pipeline = Pipeline::new("numbering");
+    pipeline
+        .source(
+            "generator",
+            GeneratorSource::new(ROWS, KEYS).with_batch_rows(1000),
+        )
+        .parallelism(1)
+        .filter("odd-ids", |batch| {
+            let id = batch.column(0).as_primitive::<Int64Type>();
+            Ok(id.iter().map(|v| v.map(|v| v % 2 == 1)).collect())
+        })
+        .parallelism(3)
+        .key_by(["k"])
+        .transform("number", |_ctx| Ok(NumberPerKey::default()))
+        .parallelism(2)
+        .sink("memory", sink.clone())
+        .parallelism(1);
+    pipeline.build().unwrap()
+}
+
+fn assert_numbering(batches: &[RecordBatch]) {
+    let mut per_key: HashMap<i64, Vec<i64>> = HashMap::new();
+    let mut ids = Vec::new();
+    for batch in batches {
+        let id = batch.column(0).as_primitive::<Int64Type>();
+        let k = batch.column(1).as_primitive::<Int64Type>();
+        let n = batch.column(2).as_primitive::<Int64Type>();
+        for row in 0..batch.num_rows() {
+            let i = id.value(row) as u64;
+            assert_eq!(
+                k.value(row),
+                (splitmix64(i) % KEYS) as i64,
+                "key of row {i}"
+            );
+            ids.push(i);
+            per_key.entry(k.value(row)).or_default().push(n.value(row));
+        }
+    }
+    ids.sort_unstable();
+    let expected: Vec<u64> = (0..ROWS).filter(|i| i % 2 == 1).collect();
+    assert_eq!(ids.len(), expected.len(), "row count");
+    assert!(ids == expected, "rows lost or duplicated");
+    // Restored state continues the numbering: each key's numbers are 0..count, once each.
+    for (key, mut numbers) in per_key {
+        numbers.sort_unstable();
+        let want: Vec<i64> = (0..numbers.len() as i64).collect();
+        assert!(numbers == want, "key {key}: numbering has gaps or repeats");
+    }
+}
+
+fn memory_config(location: &StoreLocation, interval_ms: u64) -> JobConfig {
+    JobConfig::with_location(location.clone())
+        .checkpoint_interval(Some(Duration::from_millis(interval_ms)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unequal_parallelism_and_user_state_survive_cancel_and_resume() {
+    let location = open_location("memory://").unwrap();
+    let sink = MemorySink::default();
+
+    let handle = numbering_job(&sink).start(memory_config(&location, 10));
+    while handle.progress().checkpoints < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    handle.cancel();
+    let savepoint = match handle.join().await.unwrap() {
+        Outcome::Cancelled { savepoint, summary } => {
+            assert!(
+                summary.progress.rows_read < ROWS,
+                "cancelled too late to test a resume"
+            );
+            savepoint
+        }
+        other => panic!("expected a cancel, got {other:?}"),
+    };
+
+    match numbering_job(&sink)
+        .run(memory_config(&location, 10))
+        .await
+        .unwrap()
+    {
+        Outcome::Completed(summary) => assert_eq!(summary.restored_from, Some(savepoint)),
+        other => panic!("expected completion, got {other:?}"),
+    }
+    assert_numbering(&sink.committed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_whose_epoch_was_taken_over_cannot_commit() {
+    let location = open_location("memory://").unwrap();
+    let sink = MemorySink::default();
+    let pipeline = Pipeline::new("fenced");
+    pipeline
+        .source(
+            "generator",
+            GeneratorSource::new(1 << 40, 10).with_batch_rows(1000),
+        )
+        .sink("memory", sink.clone());
+    let handle = pipeline.build().unwrap().start(memory_config(&location, 5));
+    while handle.progress().checkpoints < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    // A successor takes the job: a newer epoch.
+    let store = StateStore::new(&location, "fenced");
+    let successor = store.claim_epoch().await.unwrap();
+    let committed_at_takeover = sink.state.lock().unwrap().committed.len();
+
+    let error = tokio::time::timeout(Duration::from_secs(30), handle.join())
+        .await
+        .expect("the zombie kept running")
+        .expect_err("the zombie completed");
+    assert!(
+        matches!(error, Error::Fenced { newer, .. } if newer == successor),
+        "{error}"
+    );
+    // At most a commit already past its fencing check when the successor arrived.
+    let committed_after = sink.state.lock().unwrap().committed.len();
+    assert!(
+        committed_after <= committed_at_takeover + 1,
+        "the zombie kept committing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_error_fails_the_job_and_names_the_operator() {
+    let location = open_location("memory://").unwrap();
+    let pipeline = Pipeline::new("failing").with_parallelism(2);
+    pipeline
+        .source("generator", GeneratorSource::new(100_000, 10))
+        .key_by(["k"])
+        .transform("explode", |_ctx| Ok(Exploding))
+        .sink("memory", MemorySink::default());
+    let error = pipeline
+        .build()
+        .unwrap()
+        .run(memory_config(&location, 50))
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(message.contains("operator 'explode'"), "{message}");
+    assert!(message.contains("row 77777 is bad"), "{message}");
+    assert_eq!(error.domain(), tidewater::Domain::User);
+}
+
+struct Exploding;
+
+impl Operator for Exploding {
+    fn kind(&self) -> &str {
+        "exploding"
+    }
+    fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        let id = batch.column(0).as_primitive::<Int64Type>();
+        if id.values().contains(&77_777) {
+            return Err(Error::BadInput("row 77777 is bad".into()));
+        }
+        out.emit(batch);
+        Ok(())
+    }
+}
+
+#[test]
+fn invalid_pipelines_are_refused_before_running() {
+    let reused = Pipeline::new("dup");
+    reused
+        .source("same", GeneratorSource::new(10, 1))
+        .sink("same", MemorySink::default());
+    assert!(
+        reused
+            .build()
+            .unwrap_err()
+            .to_string()
+            .contains("uid 'same' is used twice")
+    );
+
+    let dangling = Pipeline::new("dangling");
+    dangling
+        .source("gen", GeneratorSource::new(10, 1))
+        .filter("f", |b| {
+            Ok(arrow::array::BooleanArray::from(vec![true; b.num_rows()]))
+        });
+    assert!(
+        dangling
+            .build()
+            .unwrap_err()
+            .to_string()
+            .contains("goes nowhere")
+    );
+
+    let bad_uid = Pipeline::new("uids");
+    bad_uid
+        .source("../escape", GeneratorSource::new(10, 1))
+        .sink("s", MemorySink::default());
+    assert!(
+        bad_uid
+            .build()
+            .unwrap_err()
+            .to_string()
+            .contains("is not valid")
+    );
+}
