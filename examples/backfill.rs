@@ -10,6 +10,13 @@
 //! Run it again with the same `--state` after a crash or a cancel (Ctrl-C) and
 //! it resumes from its last checkpoint; over a completed job it says so and
 //! exits 0. Exit codes: 0 complete, 1 failed, 3 cancelled (resumable).
+//!
+//! For benchmarks: `--engine fused` does the same work by hand (no graph, no
+//! checkpoints), `--summary-json` writes what the run did, and `--status-file`
+//! is rewritten every 20 ms with live progress.
+
+#[path = "support/fused.rs"]
+mod fused;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -62,6 +69,24 @@ struct Args {
     /// Where the Parquet output goes: a folder or URL.
     #[arg(long, default_value = "./tidewater-out")]
     out: String,
+    /// `framework`, or `fused`: the same work as one hand-written loop per
+    /// thread, without checkpoints (the benchmarks' limit; local --out only).
+    #[arg(long, value_enum, default_value = "framework")]
+    engine: Engine,
+    /// Write a JSON summary of the run here when it ends.
+    #[arg(long)]
+    summary_json: Option<std::path::PathBuf>,
+    /// Rewrite live progress as JSON here every 20 ms.
+    #[arg(long)]
+    status_file: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    /// The tidewater pipeline, checkpointed.
+    Framework,
+    /// The hand-fused reference loop.
+    Fused,
 }
 
 /// A checkpoint interval; `None` is `off`.
@@ -134,6 +159,102 @@ fn build(args: &Args) -> anyhow::Result<Job> {
     Ok(pipeline.build()?)
 }
 
+/// Peak resident memory of this process, from /proc (0 where unavailable).
+fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn write_json(path: &std::path::Path, value: &serde_json::Value) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn status_json(p: &ProgressSnapshot) -> serde_json::Value {
+    serde_json::json!({
+        "rows_read": p.rows_read,
+        "rows_total": p.rows_total,
+        "checkpoints": p.checkpoints,
+        "last_checkpoint": p.last_checkpoint,
+        "exposure_rows": p.exposure_rows,
+        "elapsed_s": p.elapsed.as_secs_f64(),
+        "first_batch_s": p.first_batch_after.map(|d| d.as_secs_f64()),
+    })
+}
+
+fn summary_json(
+    outcome: &str,
+    summary: Option<&tidewater::Summary>,
+    elapsed: Duration,
+    rows: u64,
+) -> serde_json::Value {
+    let checkpoints: Vec<_> = summary
+        .map(|s| {
+            s.checkpoints
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "id": c.id,
+                        "kind": format!("{:?}", c.kind).to_lowercase(),
+                        "duration_s": c.duration.as_secs_f64(),
+                        "state_bytes": c.state_bytes,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!({
+        "outcome": outcome,
+        "rows_read_in_run": summary.map_or(rows, |s| s.progress.rows_read - s.rows_restored),
+        "rows_restored": summary.map_or(0, |s| s.rows_restored),
+        "elapsed_s": elapsed.as_secs_f64(),
+        "first_batch_s": summary.and_then(|s| s.progress.first_batch_after).map(|d| d.as_secs_f64()),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "checkpoints": checkpoints,
+    })
+}
+
+/// The hand-fused reference: the same work, no framework.
+fn run_fused(args: &Args) -> anyhow::Result<ExitCode> {
+    let started = std::time::Instant::now();
+    let out = std::path::Path::new(&args.out);
+    let rows = match args.mode {
+        Mode::Copy => {
+            let schema = output_schema();
+            let transform = move |batch: &RecordBatch| -> Result<RecordBatch> {
+                let mask = keep_row(batch)?;
+                add_w(arrow::compute::filter_record_batch(batch, &mask)?, &schema)
+            };
+            fused::copy(
+                args.rows,
+                args.keys,
+                args.parallelism,
+                out,
+                output_schema(),
+                &transform,
+            )?
+        }
+        Mode::Aggregate => fused::aggregate(args.rows, args.keys, args.parallelism, out)?,
+    };
+    let elapsed = started.elapsed();
+    println!(
+        "fused: {rows} rows in {:.2}s ({:.2}M rows/s)",
+        elapsed.as_secs_f64(),
+        rows as f64 / elapsed.as_secs_f64() / 1e6
+    );
+    if let Some(path) = &args.summary_json {
+        write_json(path, &summary_json("completed", None, elapsed, rows))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn progress_line(p: &ProgressSnapshot) -> String {
     let rate = p.rows_read as f64 / p.elapsed.as_secs_f64().max(1e-3);
     format!(
@@ -166,6 +287,20 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         );
         bar
     });
+    if let Some(path) = args.status_file.clone() {
+        let control = control.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(20));
+            loop {
+                every.tick().await;
+                if let Err(e) = write_json(&path, &status_json(&control.progress())) {
+                    tracing::warn!("cannot write the status file {}: {e}", path.display());
+                    return;
+                }
+            }
+        });
+    }
+    let started = std::time::Instant::now();
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     let mut ticks = 0u64;
     let outcome = loop {
@@ -195,7 +330,16 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    match outcome? {
+    let outcome = outcome?;
+    if let Some(path) = &args.summary_json {
+        let (name, summary) = match &outcome {
+            Outcome::Completed(s) => ("completed", Some(s)),
+            Outcome::Cancelled { summary, .. } => ("cancelled", Some(summary)),
+            Outcome::AlreadyComplete { .. } => ("already_complete", None),
+        };
+        write_json(path, &summary_json(name, summary, started.elapsed(), 0))?;
+    }
+    match outcome {
         Outcome::Completed(summary) => {
             let p = &summary.progress;
             println!(
@@ -242,7 +386,11 @@ fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("starting the tokio runtime");
-    match runtime.block_on(run(args)) {
+    let result = match args.engine {
+        Engine::Framework => runtime.block_on(run(args)),
+        Engine::Fused => run_fused(&args),
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");

@@ -27,7 +27,8 @@ pub use ids::{CheckpointId, Epoch};
 pub use operator::{Collector, Operator, OperatorFactory, TaskContext};
 pub use pipeline::{KeyedStream, Partitioning, Pipeline, SinkRef, Stream};
 pub use runtime::{
-    Job, JobConfig, JobControl, JobHandle, Outcome, Progress, ProgressSnapshot, Summary,
+    CheckpointStats, Job, JobConfig, JobControl, JobHandle, Outcome, Progress, ProgressSnapshot,
+    Summary,
 };
 pub use sink::{CommitHandle, Sink, SinkWriter};
 pub use source::{Cursor, Source, Split, SplitReader};

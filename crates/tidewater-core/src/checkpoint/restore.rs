@@ -235,7 +235,9 @@ mod tests {
     #[test]
     fn retention_keeps_the_newest_complete_checkpoints_and_anything_newer() {
         let ids = |v: &[u64]| v.iter().copied().map(CheckpointId).collect::<Vec<_>>();
-        let cases: &[(&[u64], &[u64], usize, &[u64])] = &[
+        // (complete, folders, retain, deleted)
+        type Case<'a> = (&'a [u64], &'a [u64], usize, &'a [u64]);
+        let cases: &[Case] = &[
             (&[1, 2, 3], &[1, 2, 3], 3, &[]),
             (&[1, 2, 3, 4], &[1, 2, 3, 4, 5], 3, &[1]),
             // An orphan folder (no manifest) older than the kept ones goes too.

@@ -28,6 +28,9 @@ pub(crate) enum NodeBody {
 pub(crate) struct Edge {
     pub from: usize,
     pub partitioning: Partitioning,
+    /// The only columns the consumer reads: the sender drops the others
+    /// before routing (a shuffle then copies less).
+    pub projection: Option<Vec<String>>,
 }
 
 pub(crate) struct Node {
@@ -42,8 +45,8 @@ pub(crate) struct Node {
 pub(crate) struct ChainPlan {
     pub nodes: Vec<usize>,
     pub parallelism: usize,
-    /// (upstream chain, partitioning) for every input of the head node.
-    pub inputs: Vec<(usize, Partitioning)>,
+    /// (upstream chain, partitioning, projection) for every input of the head node.
+    pub inputs: Vec<(usize, Partitioning, Option<Vec<String>>)>,
 }
 
 /// Checks a uid: it names folders in every checkpoint, so it must be path-safe.
@@ -80,6 +83,7 @@ pub(crate) fn plan_chains(nodes: &[Node], parallelism: &[usize]) -> Vec<ChainPla
         let chainable = match node.inputs.as_slice() {
             [edge] => {
                 edge.partitioning == Partitioning::Forward
+                    && edge.projection.is_none()
                     && parallelism[edge.from] == parallelism[id]
                     && consumers[edge.from] == 1
                     && !matches!(nodes[edge.from].body, NodeBody::Sink(_))
@@ -98,7 +102,13 @@ pub(crate) fn plan_chains(nodes: &[Node], parallelism: &[usize]) -> Vec<ChainPla
                 inputs: node
                     .inputs
                     .iter()
-                    .map(|e| (chain_of[e.from], e.partitioning.clone()))
+                    .map(|e| {
+                        (
+                            chain_of[e.from],
+                            e.partitioning.clone(),
+                            e.projection.clone(),
+                        )
+                    })
                     .collect(),
             });
         }

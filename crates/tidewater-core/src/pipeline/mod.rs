@@ -72,6 +72,7 @@ impl Pipeline {
             graph: self.graph.clone(),
             node: graph.len() - 1,
             next_partitioning: Partitioning::Forward,
+            next_projection: None,
         }
     }
 
@@ -132,6 +133,7 @@ pub struct Stream {
     graph: Rc<RefCell<Vec<Node>>>,
     node: usize,
     next_partitioning: Partitioning,
+    next_projection: Option<Vec<String>>,
 }
 
 impl Stream {
@@ -156,12 +158,14 @@ impl Stream {
             inputs: vec![Edge {
                 from: self.node,
                 partitioning: self.next_partitioning.clone(),
+                projection: self.next_projection.clone(),
             }],
         });
         Stream {
             graph: self.graph.clone(),
             node: graph.len() - 1,
             next_partitioning: Partitioning::Forward,
+            next_projection: None,
         }
     }
 
@@ -254,8 +258,17 @@ impl KeyedStream {
     /// partial aggregates are checkpointed.
     pub fn aggregate(self, uid: impl Into<String>, spec: AggregateSpec) -> Stream {
         let keys = self.keys.clone();
+        // Only the keys and the aggregated columns cross the shuffle.
+        let mut needed = keys.clone();
+        for column in spec.exprs().iter().filter_map(|e| e.column.as_ref()) {
+            if !needed.contains(column) {
+                needed.push(column.clone());
+            }
+        }
         let spec = Arc::new(spec);
-        self.keyed().then(
+        let mut keyed = self.keyed();
+        keyed.next_projection = Some(needed);
+        keyed.then(
             uid.into(),
             NodeBody::Operator(Arc::new(move |_: &TaskContext| {
                 Ok(

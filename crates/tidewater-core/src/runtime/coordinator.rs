@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tracing::{info, warn};
 
-use super::progress::Progress;
+use super::progress::{CheckpointStats, Progress};
 use super::task::{Control, Event};
 use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord};
 use crate::checkpoint::{StateStore, restore};
@@ -235,8 +235,14 @@ impl Coordinator {
             commit_all(&self.sinks, std::slice::from_ref(handle)).await?;
         }
         failpoint::hit("after-commit", id);
+        let stats = CheckpointStats {
+            id: manifest.checkpoint.0,
+            kind: manifest.kind,
+            duration: took,
+            state_bytes: flight.bytes,
+        };
         self.progress
-            .checkpoint_completed(manifest.checkpoint.0, manifest.rows_read, took);
+            .checkpoint_completed(stats, manifest.rows_read);
         info!(
             checkpoint = manifest.checkpoint.0,
             kind = ?manifest.kind,

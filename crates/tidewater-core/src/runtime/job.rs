@@ -15,7 +15,7 @@ use super::coordinator::{Coordinator, Ending, Trigger};
 use super::input_gate::InputGate;
 use super::message::Message;
 use super::output::{Output, Route};
-use super::progress::{Progress, ProgressSnapshot};
+use super::progress::{CheckpointStats, Progress, ProgressSnapshot};
 use super::restore::{RestoreResult, Restored, restore};
 use super::task::{SourceTask, SplitState, Tail, TaskCore, run_input_task};
 use crate::checkpoint::StateStore;
@@ -142,8 +142,12 @@ pub struct Summary {
     pub last_checkpoint: CheckpointId,
     /// The worker's epoch.
     pub epoch: Epoch,
+    /// Rows the sources had read at the restored checkpoint (0 without one).
+    pub rows_restored: u64,
     /// Counters at the end.
     pub progress: ProgressSnapshot,
+    /// Every checkpoint of this run, oldest first.
+    pub checkpoints: Vec<CheckpointStats>,
 }
 
 /// A pipeline ready to run: built by [`Pipeline::build`](crate::Pipeline::build).
@@ -420,7 +424,9 @@ async fn run(
         restored_from: restored.checkpoint,
         last_checkpoint: last,
         epoch,
+        rows_restored: restored.rows_read,
         progress: progress.snapshot(),
+        checkpoints: progress.checkpoint_history(),
     };
     Ok(match ending {
         Ending::Completed { last } => {
@@ -477,13 +483,13 @@ async fn wire(
         .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
         .collect();
     for (down, chain) in job.chains.iter().enumerate() {
-        for (up, partitioning) in &chain.inputs {
+        for (up, partitioning, projection) in &chain.inputs {
             for (up_subtask, up_routes) in routes[*up].iter_mut().enumerate() {
                 let route = if *partitioning == Partitioning::Forward {
                     // Subtask i feeds subtask i only.
                     let (tx, rx) = mpsc::channel(config.channel_capacity);
                     receivers[down][up_subtask].push(rx);
-                    Route::Forward(tx)
+                    Route::new(partitioning, projection.clone(), vec![tx], 0)
                 } else {
                     let mut senders = Vec::with_capacity(chain.parallelism);
                     for inbox in receivers[down].iter_mut() {
@@ -491,7 +497,7 @@ async fn wire(
                         inbox.push(rx);
                         senders.push(tx);
                     }
-                    Route::new(partitioning, senders, up_subtask)
+                    Route::new(partitioning, projection.clone(), senders, up_subtask)
                 };
                 up_routes.push(route);
             }

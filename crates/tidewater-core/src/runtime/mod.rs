@@ -12,4 +12,4 @@ mod restore;
 mod task;
 
 pub use job::{Job, JobConfig, JobControl, JobHandle, Outcome, Summary};
-pub use progress::{Progress, ProgressSnapshot};
+pub use progress::{CheckpointStats, Progress, ProgressSnapshot};

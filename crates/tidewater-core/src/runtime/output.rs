@@ -8,8 +8,19 @@ use crate::error::{Error, Result};
 use crate::partition::partition_batch;
 use crate::pipeline::Partitioning;
 
-/// One outgoing edge of a task.
-pub(crate) enum Route {
+/// One outgoing edge of a task: an optional projection, then a router.
+pub(crate) struct Route {
+    projection: Option<Projection>,
+    router: Router,
+}
+
+/// Keeps only the columns a consumer reads, resolved on the first batch.
+struct Projection {
+    columns: Vec<String>,
+    indices: Option<Vec<usize>>,
+}
+
+enum Router {
     Forward(Sender<Message>),
     Rebalance {
         senders: Vec<Sender<Message>>,
@@ -24,67 +35,89 @@ pub(crate) enum Route {
     },
 }
 
+fn resolve(
+    schema: &arrow::datatypes::Schema,
+    columns: &[String],
+    what: &str,
+) -> Result<Vec<usize>> {
+    columns
+        .iter()
+        .map(|c| {
+            schema.index_of(c).map_err(|_| {
+                Error::BadInput(format!(
+                    "{what} column '{c}' is not in the stream (columns: {})",
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+        })
+        .collect()
+}
+
 impl Route {
-    /// A route to `senders` (one per downstream subtask) for this task's `subtask`.
+    /// A route to `senders` for this task's `subtask`: one sender per
+    /// downstream subtask, or the single peer of a forward edge.
     pub fn new(
         partitioning: &Partitioning,
+        projection: Option<Vec<String>>,
         mut senders: Vec<Sender<Message>>,
         subtask: usize,
     ) -> Self {
-        match partitioning {
-            Partitioning::Forward => Route::Forward(senders.swap_remove(subtask)),
-            Partitioning::Rebalance => Route::Rebalance {
+        let router = match partitioning {
+            Partitioning::Forward => Router::Forward(senders.swap_remove(subtask)),
+            Partitioning::Rebalance => Router::Rebalance {
                 senders,
                 next: subtask,
             },
-            Partitioning::Hash(columns) => Route::Hash {
+            Partitioning::Hash(columns) => Router::Hash {
                 senders,
                 columns: columns.clone(),
                 indices: None,
                 scratch: Vec::new(),
             },
+        };
+        Route {
+            projection: projection.map(|columns| Projection {
+                columns,
+                indices: None,
+            }),
+            router,
         }
     }
 
     fn senders(&self) -> &[Sender<Message>] {
-        match self {
-            Route::Forward(sender) => std::slice::from_ref(sender),
-            Route::Rebalance { senders, .. } | Route::Hash { senders, .. } => senders,
+        match &self.router {
+            Router::Forward(sender) => std::slice::from_ref(sender),
+            Router::Rebalance { senders, .. } | Router::Hash { senders, .. } => senders,
         }
     }
 
-    async fn send(&mut self, batch: RecordBatch) -> Result<()> {
-        match self {
-            Route::Forward(sender) => deliver(sender, Message::Batch(batch)).await,
-            Route::Rebalance { senders, next } => {
+    async fn send(&mut self, mut batch: RecordBatch) -> Result<()> {
+        if let Some(projection) = &mut self.projection {
+            if projection.indices.is_none() {
+                projection.indices =
+                    Some(resolve(&batch.schema(), &projection.columns, "aggregate")?);
+            }
+            batch = batch.project(projection.indices.as_deref().unwrap_or_default())?;
+        }
+        match &mut self.router {
+            Router::Forward(sender) => deliver(sender, Message::Batch(batch)).await,
+            Router::Rebalance { senders, next } => {
                 *next = (*next + 1) % senders.len();
                 deliver(&senders[*next], Message::Batch(batch)).await
             }
-            Route::Hash {
+            Router::Hash {
                 senders,
                 columns,
                 indices,
                 scratch,
             } => {
                 if indices.is_none() {
-                    let schema = batch.schema();
-                    let resolved = columns
-                        .iter()
-                        .map(|c| {
-                            schema.index_of(c).map_err(|_| {
-                                Error::BadInput(format!(
-                                    "key_by column '{c}' is not in the stream (columns: {})",
-                                    schema
-                                        .fields()
-                                        .iter()
-                                        .map(|f| f.name().as_str())
-                                        .collect::<Vec<_>>()
-                                        .join(", ")
-                                ))
-                            })
-                        })
-                        .collect::<Result<Vec<_>>>()?;
-                    *indices = Some(resolved);
+                    *indices = Some(resolve(&batch.schema(), columns, "key_by")?);
                 }
                 let parts = partition_batch(
                     &batch,

@@ -1,7 +1,23 @@
 //! Live counters of a running job, shared with its handle.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use crate::checkpoint::CheckpointKind;
+
+/// What one completed checkpoint cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckpointStats {
+    /// Its id.
+    pub id: u64,
+    /// Why it was taken.
+    pub kind: CheckpointKind,
+    /// From trigger to manifest written.
+    pub duration: Duration,
+    /// Bytes of state written.
+    pub state_bytes: u64,
+}
 
 /// Counters a job updates as it runs; read them through [`JobHandle::progress`](crate::JobHandle::progress).
 #[derive(Debug)]
@@ -15,6 +31,9 @@ pub struct Progress {
     rows_at_last_checkpoint: AtomicU64,
     last_checkpoint_at_ms: AtomicU64,
     last_checkpoint_ms: AtomicU64,
+    /// Milliseconds from start to the first batch a source emitted, plus one (0: none yet).
+    first_batch_ms: AtomicU64,
+    history: Mutex<Vec<CheckpointStats>>,
 }
 
 /// A consistent-enough reading of [`Progress`].
@@ -38,6 +57,8 @@ pub struct ProgressSnapshot {
     pub exposure: Duration,
     /// Time since the job started in this process.
     pub elapsed: Duration,
+    /// Time from start to the first batch read in this run (after any restore).
+    pub first_batch_after: Option<Duration>,
 }
 
 impl Progress {
@@ -52,7 +73,23 @@ impl Progress {
             rows_at_last_checkpoint: AtomicU64::new(rows_already_read),
             last_checkpoint_at_ms: AtomicU64::new(0),
             last_checkpoint_ms: AtomicU64::new(0),
+            first_batch_ms: AtomicU64::new(0),
+            history: Mutex::new(Vec::new()),
         }
+    }
+
+    pub(crate) fn mark_first_batch(&self) {
+        if self.first_batch_ms.load(Ordering::Relaxed) == 0 {
+            let ms = self.started.elapsed().as_millis() as u64 + 1;
+            let _ =
+                self.first_batch_ms
+                    .compare_exchange(0, ms, Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// Every checkpoint completed in this run, oldest first.
+    pub fn checkpoint_history(&self) -> Vec<CheckpointStats> {
+        self.history.lock().map(|h| h.clone()).unwrap_or_default()
     }
 
     pub(crate) fn add_read(&self, rows: u64) {
@@ -74,7 +111,11 @@ impl Progress {
         self.last_checkpoint.store(checkpoint, Ordering::Relaxed);
     }
 
-    pub(crate) fn checkpoint_completed(&self, id: u64, rows_read: u64, took: Duration) {
+    pub(crate) fn checkpoint_completed(&self, stats: CheckpointStats, rows_read: u64) {
+        let (id, took) = (stats.id, stats.duration);
+        if let Ok(mut history) = self.history.lock() {
+            history.push(stats);
+        }
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.last_checkpoint.store(id, Ordering::Relaxed);
         self.rows_at_last_checkpoint
@@ -107,6 +148,10 @@ impl Progress {
             exposure_rows: rows_read.saturating_sub(at_checkpoint),
             exposure: elapsed.saturating_sub(last_at),
             elapsed,
+            first_batch_after: match self.first_batch_ms.load(Ordering::Relaxed) {
+                0 => None,
+                ms => Some(Duration::from_millis(ms - 1)),
+            },
         }
     }
 }

@@ -323,6 +323,9 @@ impl SourceTask {
                 Some(batch) => {
                     let rows = batch.num_rows() as u64;
                     self.splits[index].cursor = Some(split_reader.cursor());
+                    if rows_read == 0 {
+                        self.core.progress.mark_first_batch();
+                    }
                     rows_read += rows;
                     self.core.progress.add_read(rows);
                     self.core.process(batch).await?;

@@ -126,58 +126,65 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
         }
     }
 
+    /// The value a group starts from: the identity of its function, so the
+    /// loops below need no "first value" branch.
+    fn identity(&self) -> T::Native {
+        match self.function {
+            AggregateFunction::Min => T::Native::MAX_TOTAL_ORDER,
+            AggregateFunction::Max => T::Native::MIN_TOTAL_ORDER,
+            _ => T::Native::default(),
+        }
+    }
+
     fn resize(&mut self, groups: usize) {
-        self.values.resize(groups, T::Native::default());
+        let identity = self.identity();
+        self.values.resize(groups, identity);
         self.seen.resize(groups, false);
     }
 
     fn update(&mut self, groups: &[u32], input: &PrimitiveArray<T>, output: &str) -> Result<()> {
-        let values = input.values();
-        let function = self.function;
-        let mut apply = |group: u32, value: T::Native| -> Result<()> {
-            let g = group as usize;
-            let slot = &mut self.values[g];
-            if !self.seen[g] {
-                self.seen[g] = true;
-                *slot = value;
-                return Ok(());
-            }
-            match function {
-                AggregateFunction::Sum => {
-                    *slot = slot.add_checked(value).map_err(|_| {
-                        Error::BadInput(format!(
-                            "sum into '{output}' overflowed {}: aggregate a wider type",
-                            T::DATA_TYPE
-                        ))
-                    })?
-                }
-                AggregateFunction::Min => {
-                    if value.is_lt(*slot) {
-                        *slot = value
-                    }
-                }
-                AggregateFunction::Max => {
-                    if value.is_gt(*slot) {
-                        *slot = value
-                    }
-                }
-                AggregateFunction::Count => unreachable!("count has its own accumulator"),
-            }
-            Ok(())
-        };
-        match input.nulls().filter(|n| n.null_count() > 0) {
-            None => {
-                for (group, value) in groups.iter().zip(values.iter()) {
-                    apply(*group, *value)?;
-                }
-            }
-            Some(nulls) => {
-                for (i, (group, value)) in groups.iter().zip(values.iter()).enumerate() {
-                    if nulls.is_valid(i) {
-                        apply(*group, *value)?;
+        let nulls = input.nulls().filter(|n| n.null_count() > 0);
+        let rows = groups.iter().zip(input.values().iter()).enumerate();
+        let valid = |i: usize| nulls.is_none_or(|n| n.is_valid(i));
+        let (values, seen) = (&mut self.values, &mut self.seen);
+        match self.function {
+            AggregateFunction::Sum => {
+                for (i, (group, value)) in rows {
+                    if valid(i) {
+                        let g = *group as usize;
+                        values[g] = values[g].add_checked(*value).map_err(|_| {
+                            Error::BadInput(format!(
+                                "sum into '{output}' overflowed {}: aggregate a wider type",
+                                T::DATA_TYPE
+                            ))
+                        })?;
+                        seen[g] = true;
                     }
                 }
             }
+            AggregateFunction::Min => {
+                for (i, (group, value)) in rows {
+                    if valid(i) {
+                        let g = *group as usize;
+                        if value.is_lt(values[g]) {
+                            values[g] = *value;
+                        }
+                        seen[g] = true;
+                    }
+                }
+            }
+            AggregateFunction::Max => {
+                for (i, (group, value)) in rows {
+                    if valid(i) {
+                        let g = *group as usize;
+                        if value.is_gt(values[g]) {
+                            values[g] = *value;
+                        }
+                        seen[g] = true;
+                    }
+                }
+            }
+            AggregateFunction::Count => unreachable!("count has its own accumulator"),
         }
         Ok(())
     }
@@ -197,8 +204,14 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
                 array.data_type()
             ))
         })?;
-        self.values = array.values().to_vec();
+        let identity = self.identity();
         self.seen = (0..array.len()).map(|i| array.is_valid(i)).collect();
+        self.values = array
+            .values()
+            .iter()
+            .zip(&self.seen)
+            .map(|(v, seen)| if *seen { *v } else { identity })
+            .collect();
         Ok(())
     }
 }

@@ -1,0 +1,141 @@
+//! Micro-benchmarks of the runtime's hot paths (run: `cargo bench --bench hot_paths`).
+//!
+//! - the keyed aggregation kernel (count, sum, max per key), 100k and 1M keys
+//! - hash partitioning of a batch over 2 subtasks
+//! - one hop of a batch through a bounded tokio channel
+//! - snapshot of a 1M-key aggregate state (copy + Arrow IPC encode)
+//! - restore of that state (checksum, decode, rebuild the hash map)
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use arrow::array::RecordBatch;
+use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
+use tidewater::checkpoint::blob;
+use tidewater::partition::partition_batch;
+use tidewater::transforms::aggregate::AggregateOperator;
+use tidewater::{AggregateSpec, Collector, GeneratorSource, Operator};
+
+const BATCH: u64 = 8192;
+
+fn batches(rows: u64, keys: u64) -> Vec<RecordBatch> {
+    let source = GeneratorSource::new(rows, keys);
+    (0..rows)
+        .step_by(BATCH as usize)
+        .map(|start| {
+            source
+                .batch(start, (start + BATCH).min(rows))
+                .expect("batch")
+        })
+        .collect()
+}
+
+fn aggregate() -> AggregateOperator {
+    let spec = AggregateSpec::new()
+        .count("count")
+        .sum("v", "sum_v")
+        .max("id", "max_id");
+    AggregateOperator::new(vec!["k".into()], Arc::new(spec)).expect("aggregate")
+}
+
+/// An aggregate that has seen every one of `keys` keys.
+fn filled(keys: u64) -> AggregateOperator {
+    let mut op = aggregate();
+    let mut out = Collector::default();
+    for batch in batches(keys * 3, keys) {
+        op.process(batch, &mut out).expect("process");
+    }
+    op
+}
+
+fn kernels(c: &mut Criterion) {
+    let input = batches(1 << 20, 1_000_000);
+    let rows: u64 = input.iter().map(|b| b.num_rows() as u64).sum();
+
+    let mut group = c.benchmark_group("aggregate");
+    group.throughput(Throughput::Elements(rows));
+    for keys in [100_000u64, 1_000_000] {
+        let input = batches(1 << 20, keys);
+        // A warm state: the table already holds the keys, as in a long backfill.
+        let mut op = filled(keys);
+        group.bench_function(format!("{keys}_keys"), |b| {
+            b.iter(|| {
+                let mut out = Collector::default();
+                for batch in &input {
+                    op.process(batch.clone(), &mut out).expect("process");
+                }
+            })
+        });
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("partition");
+    group.throughput(Throughput::Elements(rows));
+    group.bench_function("hash_k_over_2", |b| {
+        let mut scratch = Vec::new();
+        b.iter(|| {
+            for batch in &input {
+                black_box(partition_batch(batch, &[1], 2, &mut scratch).expect("partition"));
+            }
+        })
+    });
+    group.finish();
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .expect("runtime");
+    let mut group = c.benchmark_group("channel");
+    group.throughput(Throughput::Elements(input.len() as u64));
+    group.bench_function("hop_capacity_4", |b| {
+        b.iter(|| {
+            runtime.block_on(async {
+                let (tx, mut rx) = tokio::sync::mpsc::channel::<RecordBatch>(4);
+                let consumer = tokio::spawn(async move {
+                    let mut n = 0usize;
+                    while let Some(batch) = rx.recv().await {
+                        n += batch.num_rows();
+                    }
+                    n
+                });
+                for batch in &input {
+                    tx.send(batch.clone()).await.expect("send");
+                }
+                drop(tx);
+                black_box(consumer.await.expect("consumer"));
+            })
+        })
+    });
+    group.finish();
+}
+
+fn snapshots(c: &mut Criterion) {
+    let mut op = filled(1_000_000);
+    let state = op.snapshot().expect("snapshot").expect("state");
+    let bytes = blob::encode(&state).expect("encode");
+    let crc = blob::checksum(&bytes);
+
+    let mut group = c.benchmark_group("state_1m_keys");
+    group.sample_size(20);
+    group.bench_function("snapshot_copy", |b| {
+        b.iter(|| black_box(op.snapshot().expect("snapshot")))
+    });
+    group.bench_function("encode_ipc", |b| {
+        b.iter(|| black_box(blob::encode(&state).expect("encode")))
+    });
+    group.bench_function("restore", |b| {
+        b.iter_batched(
+            aggregate,
+            |mut fresh| {
+                let decoded = blob::decode_verified(&bytes, crc, "bench").expect("decode");
+                fresh.restore(decoded).expect("restore");
+                fresh
+            },
+            BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, kernels, snapshots);
+criterion_main!(benches);
