@@ -170,6 +170,20 @@ fn peak_rss_bytes() -> u64 {
         .map_or(0, |kib| kib * 1024)
 }
 
+/// CPU seconds (user + system, all threads) this process used so far.
+fn cpu_seconds() -> f64 {
+    // Fields 14 and 15 of /proc/self/stat, after the command name in parentheses.
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        });
+    // Linux reports clock ticks at USER_HZ, 100 on every mainstream configuration.
+    ticks.map_or(0.0, |t| t as f64 / 100.0)
+}
+
 fn write_json(path: &std::path::Path, value: &serde_json::Value) -> anyhow::Result<()> {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)?;
@@ -217,6 +231,7 @@ fn summary_json(
         "elapsed_s": elapsed.as_secs_f64(),
         "first_batch_s": summary.and_then(|s| s.progress.first_batch_after).map(|d| d.as_secs_f64()),
         "peak_rss_bytes": peak_rss_bytes(),
+        "cpu_s": cpu_seconds(),
         "checkpoints": checkpoints,
     })
 }
@@ -288,15 +303,15 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         bar
     });
     if let Some(path) = args.status_file.clone() {
+        // An OS thread: busy workers delay tokio's timers, and a probe must not lag.
         let control = control.clone();
-        tokio::spawn(async move {
-            let mut every = tokio::time::interval(Duration::from_millis(20));
+        std::thread::spawn(move || {
             loop {
-                every.tick().await;
                 if let Err(e) = write_json(&path, &status_json(&control.progress())) {
                     tracing::warn!("cannot write the status file {}: {e}", path.display());
                     return;
                 }
+                std::thread::sleep(Duration::from_millis(20));
             }
         });
     }

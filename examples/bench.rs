@@ -119,6 +119,8 @@ struct Runner {
 #[derive(Debug, Clone)]
 struct RunResult {
     rows_per_s: f64,
+    /// CPU seconds per million rows: steadier than wall time on a shared machine.
+    cpu_per_mrow: f64,
     checkpoint_s: Vec<f64>,
     checkpoint_bytes: Vec<u64>,
     peak_rss: u64,
@@ -178,9 +180,10 @@ impl Runner {
             .as_array()
             .map(|a| a.iter().filter(|c| c["kind"] == "periodic").collect())
             .unwrap_or_default();
+        let rows = summary["rows_read_in_run"].as_f64().unwrap_or(0.0);
         Ok(RunResult {
-            rows_per_s: summary["rows_read_in_run"].as_f64().unwrap_or(0.0)
-                / summary["elapsed_s"].as_f64().unwrap_or(f64::NAN),
+            rows_per_s: rows / summary["elapsed_s"].as_f64().unwrap_or(f64::NAN),
+            cpu_per_mrow: summary["cpu_s"].as_f64().unwrap_or(f64::NAN) / (rows / 1e6),
             checkpoint_s: periodic
                 .iter()
                 .filter_map(|c| c["duration_s"].as_f64())
@@ -224,11 +227,11 @@ impl Runner {
             .stderr(Stdio::null())
             .spawn()?;
         let restarted = Instant::now();
+        // Wall time from the restart to the first new batch, as a user sees it
+        // (process start and restore included; granularity ~25 ms).
         let restart_to_progress_s = loop {
-            if let Some(first) =
-                read_status(&restart_status).and_then(|s| s["first_batch_s"].as_f64())
-            {
-                break first;
+            if read_status(&restart_status).is_some_and(|s| s["first_batch_s"].is_number()) {
+                break restarted.elapsed().as_secs_f64();
             }
             if restart.try_wait()?.is_some() || restarted.elapsed() > Duration::from_secs(120) {
                 break restarted.elapsed().as_secs_f64();
@@ -284,6 +287,7 @@ struct Row {
     seconds: Option<f64>,
     rows_per_s: f64,
     overhead_pct: f64,
+    cpu_overhead_pct: f64,
     of_limit: f64,
     checkpoint_p50_ms: f64,
     checkpoint_p99_ms: f64,
@@ -350,6 +354,12 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
         .iter()
         .position(|i| i == "off")
         .expect("checked above");
+    let cpu_baseline = median(
+        &mut results[off_index]
+            .iter()
+            .map(|r| r.cpu_per_mrow)
+            .collect::<Vec<_>>(),
+    );
     let baseline = median(
         &mut results[off_index]
             .iter()
@@ -403,10 +413,19 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
             seconds,
             rows_per_s: rate,
             overhead_pct: (baseline / rate - 1.0) * 100.0,
+            cpu_overhead_pct: (median(
+                &mut runs.iter().map(|r| r.cpu_per_mrow).collect::<Vec<_>>(),
+            ) / cpu_baseline
+                - 1.0)
+                * 100.0,
             of_limit: rate / limit,
             checkpoint_p50_ms: percentile(&durations, 0.5) * 1e3,
             checkpoint_p99_ms: percentile(&durations, 0.99) * 1e3,
-            bytes_per_checkpoint: bytes.iter().sum::<f64>() / bytes.len().max(1) as f64,
+            bytes_per_checkpoint: if bytes.is_empty() {
+                f64::NAN
+            } else {
+                bytes.iter().sum::<f64>() / bytes.len() as f64
+            },
             rework_mean: if rework.is_empty() {
                 f64::NAN
             } else {
@@ -440,10 +459,11 @@ fn report(args: &IntervalArgs, rows: &[Row], limit: f64, max_overhead: f64) -> a
         args.crashes
     );
     println!(
-        "{:>8} {:>11} {:>9} {:>8} {:>9} {:>9} {:>11} {:>12} {:>12} {:>10} {:>10} {:>9}",
+        "{:>8} {:>11} {:>9} {:>9} {:>8} {:>9} {:>9} {:>11} {:>12} {:>12} {:>10} {:>10} {:>9}",
         "interval",
         "Mrows/s",
         "overhead",
+        "cpu ovh",
         "of limit",
         "ckpt p50",
         "ckpt p99",
@@ -455,14 +475,15 @@ fn report(args: &IntervalArgs, rows: &[Row], limit: f64, max_overhead: f64) -> a
         "peak MiB"
     );
     let mut csv = String::from(
-        "interval,seconds,rows_per_s,overhead_pct,of_limit,checkpoint_p50_ms,checkpoint_p99_ms,bytes_per_checkpoint,rework_rows_mean,rework_rows_max,rework_intervals_mean,restart_to_progress_s,peak_rss_mib\n",
+        "interval,seconds,rows_per_s,overhead_pct,cpu_overhead_pct,of_limit,checkpoint_p50_ms,checkpoint_p99_ms,bytes_per_checkpoint,rework_rows_mean,rework_rows_max,rework_intervals_mean,restart_to_progress_s,peak_rss_mib\n",
     );
     for r in rows {
         println!(
-            "{:>8} {:>11.2} {:>8.2}% {:>8.2} {:>7.0}ms {:>7.0}ms {:>11.2} {:>12.0} {:>12.0} {:>10.2} {:>10.3} {:>9.0}",
+            "{:>8} {:>11.2} {:>8.2}% {:>8.2}% {:>8.2} {:>7.0}ms {:>7.0}ms {:>11.2} {:>12.0} {:>12.0} {:>10.2} {:>10.3} {:>9.0}",
             r.interval,
             r.rows_per_s / 1e6,
             r.overhead_pct,
+            r.cpu_overhead_pct,
             r.of_limit,
             r.checkpoint_p50_ms,
             r.checkpoint_p99_ms,
@@ -474,11 +495,12 @@ fn report(args: &IntervalArgs, rows: &[Row], limit: f64, max_overhead: f64) -> a
             r.peak_rss_mib
         );
         csv.push_str(&format!(
-            "{},{},{:.0},{:.3},{:.3},{:.1},{:.1},{:.0},{:.0},{:.0},{:.3},{:.3},{:.1}\n",
+            "{},{},{:.0},{:.3},{:.3},{:.3},{:.1},{:.1},{:.0},{:.0},{:.0},{:.3},{:.3},{:.1}\n",
             r.interval,
             r.seconds.map_or(String::new(), |s| s.to_string()),
             r.rows_per_s,
             r.overhead_pct,
+            r.cpu_overhead_pct,
             r.of_limit,
             r.checkpoint_p50_ms,
             r.checkpoint_p99_ms,

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Reproduces the figures in docs/benchmarks.md (takes ~45 minutes on 2 cores).
+#
+#   bash scripts/bench.sh            # everything
+#   bash scripts/bench.sh headline   # the interval study only
+#   bash scripts/bench.sh matrix     # throughput and memory across modes, keys, parallelism
+#   bash scripts/bench.sh micro      # criterion micro-benchmarks
+#
+# Results go to bench-results/ (CSV, plots); docs/benchmarks.md quotes them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-all}"
+out=bench-results
+rows="${ROWS:-50000000}"
+cargo build --release --examples
+
+bench() { cargo run --release --quiet --example bench -- interval "$@"; }
+
+if [[ $what == all || $what == headline ]]; then
+  # Long runs (~30 s each): every interval takes several checkpoints per run.
+  bench --mode aggregate --rows "${INTERVAL_ROWS:-300000000}" --keys 1000000 --parallelism 2 \
+    --intervals off,500ms,1s,5s,10s --repeat 3 --crashes 3 \
+    --out-dir "$out/headline-aggregate-1m-p2" | tee "$out/headline.txt"
+fi
+
+if [[ $what == all || $what == matrix ]]; then
+  mkdir -p "$out"
+  : > "$out/matrix.txt"
+  for mode in copy aggregate; do
+    for keys in 100000 1000000; do
+      for p in 1 2; do
+        bench --mode "$mode" --rows "$rows" --keys "$keys" --parallelism "$p" \
+          --intervals off,1s,10s --repeat 3 --crashes 0 \
+          --out-dir "$out/matrix-$mode-$keys-p$p" | tee -a "$out/matrix.txt"
+      done
+    done
+  done
+  # Memory must not grow with the input: copy mode at a fifth of the rows.
+  bench --mode copy --rows $((rows / 5)) --keys 100000 --parallelism 2 \
+    --intervals off,1s --repeat 3 --crashes 0 \
+    --out-dir "$out/memory-copy-small" | tee -a "$out/matrix.txt"
+fi
+
+if [[ $what == all || $what == micro ]]; then
+  cargo bench --bench hot_paths -- --noplot | tee "$out/micro.txt"
+fi
