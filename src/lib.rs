@@ -31,6 +31,8 @@
 pub use tidewater_core::*;
 #[cfg(feature = "parquet")]
 pub use tidewater_parquet as parquet;
+#[cfg(feature = "postgres")]
+pub use tidewater_postgres as postgres;
 
 /// The names most pipelines use.
 pub mod prelude {

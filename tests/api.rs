@@ -70,7 +70,7 @@ impl Sink for MemorySink {
         }
         Ok(())
     }
-    async fn abort_uncommitted(&self, uid: &str) -> Result<()> {
+    async fn abort_uncommitted(&self, _job: &str, uid: &str) -> Result<()> {
         self.state.lock().unwrap().staged.retain(|k, _| k.0 != uid);
         Ok(())
     }

@@ -14,42 +14,52 @@ use arrow::datatypes::{Float64Type, Int64Type};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use tidewater::splitmix64;
 
-/// The backfill example, built once per test binary with the test's own
-/// profile, so a test never runs a stale example (`cargo test --test X`
-/// alone does not rebuild examples).
+/// The backfill example, built with the test's own profile.
 pub fn backfill_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("test binary path");
-            let profile_dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("target/<profile>");
-            let profile = profile_dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or("debug");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let mut build = Command::new(cargo);
-            build.args(["build", "--quiet", "--example", "backfill"]);
-            match profile {
-                "debug" => {}
-                "release" => {
-                    build.arg("--release");
-                }
-                other => {
-                    build.args(["--profile", other]);
-                }
+    example_binary("backfill")
+}
+
+/// An example, built once per test binary with the test's own profile, so a
+/// test never runs a stale example (`cargo test --test X` alone does not
+/// rebuild examples).
+pub fn example_binary(name: &'static str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(&'static str, PathBuf)>> =
+        std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(n, _)| *n == name) {
+        return path.clone();
+    }
+    let path = {
+        let exe = std::env::current_exe().expect("test binary path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile>");
+        let profile = profile_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("debug");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut build = Command::new(cargo);
+        build.args(["build", "--quiet", "--example", name]);
+        match profile {
+            "debug" => {}
+            "release" => {
+                build.arg("--release");
             }
-            let status = build
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("running cargo build --example backfill");
-            assert!(status.success(), "building the backfill example failed");
-            profile_dir.join("examples").join("backfill")
-        })
-        .clone()
+            other => {
+                build.args(["--profile", other]);
+            }
+        }
+        let status = build
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .status()
+            .expect("running cargo build --example");
+        assert!(status.success(), "building the {name} example failed");
+        profile_dir.join("examples").join(name)
+    };
+    built.push((name, path.clone()));
+    path
 }
 
 /// One run's folders and flags.

@@ -19,6 +19,7 @@ mod source;
 pub mod sources;
 pub mod state;
 mod store_url;
+mod throttle;
 pub mod transforms;
 
 pub use checkpoint::restore::RestoreOptions;
@@ -34,4 +35,5 @@ pub use sink::{CommitHandle, Sink, SinkWriter};
 pub use source::{Cursor, Source, Split, SplitReader};
 pub use sources::generator::{GeneratorSource, splitmix64};
 pub use store_url::{StoreLocation, open_location};
+pub use throttle::{RateLimit, Throttle};
 pub use transforms::aggregate::{AggregateExpr, AggregateFunction, AggregateSpec};

@@ -17,6 +17,9 @@ pub struct TaskContext {
     pub subtask: usize,
     /// How many subtasks the operator has.
     pub parallelism: usize,
+    /// The fencing epoch of this run: sinks that commit in an external
+    /// system record it there and refuse to commit under an older one.
+    pub epoch: crate::ids::Epoch,
 }
 
 /// Collects the batches an operator emits for one call.

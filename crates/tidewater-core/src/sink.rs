@@ -42,8 +42,8 @@ pub trait Sink: Send + Sync + 'static {
 
     /// Discards staged work that no completed checkpoint refers to. Called on
     /// restore, after the restored checkpoint's handles were committed and
-    /// before any writer opens. `uid` is the sink's uid in the pipeline.
-    async fn abort_uncommitted(&self, uid: &str) -> Result<()>;
+    /// before any writer opens. `job` and `uid` name the job and the sink.
+    async fn abort_uncommitted(&self, job: &str, uid: &str) -> Result<()>;
 
     /// Takes back the published output of a handle. Needed only when a restore
     /// falls back past a completed checkpoint whose state is corrupt; sinks that

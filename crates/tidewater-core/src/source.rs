@@ -33,6 +33,14 @@ pub trait Source: Send + Sync + 'static {
     /// same configuration: a restore refuses a checkpoint whose splits differ.
     async fn splits(&self) -> Result<Vec<Split>>;
 
+    /// The splits to resume with, rebuilt from the split ids of a checkpoint,
+    /// for sources whose plan depends on data that may have moved since (a
+    /// table's key range). `None` (the default) uses [`splits`](Source::splits),
+    /// and the restore refuses the checkpoint if the ids differ.
+    async fn resume_splits(&self, _checkpointed: &[String]) -> Result<Option<Vec<Split>>> {
+        Ok(None)
+    }
+
     /// Opens a reader on `split`, positioned after `cursor` when one was
     /// checkpointed, else at the split's start.
     async fn open(&self, split: &Split, cursor: Option<&Cursor>) -> Result<Box<dyn SplitReader>>;

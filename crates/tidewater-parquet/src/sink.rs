@@ -165,7 +165,7 @@ impl Sink for ParquetSink {
         Ok(())
     }
 
-    async fn abort_uncommitted(&self, uid: &str) -> Result<()> {
+    async fn abort_uncommitted(&self, _job: &str, uid: &str) -> Result<()> {
         let dir = self.path(&format!("{STAGING}/{uid}"));
         let leftovers: Vec<_> = self
             .store()

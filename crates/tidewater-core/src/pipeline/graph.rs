@@ -38,6 +38,8 @@ pub(crate) struct Node {
     pub body: NodeBody,
     pub parallelism: Option<usize>,
     pub inputs: Vec<Edge>,
+    /// Consulted before each fetch (sources only).
+    pub throttles: Vec<Arc<dyn crate::throttle::Throttle>>,
 }
 
 /// A run of nodes executed in one task per subtask, with no channel between them.

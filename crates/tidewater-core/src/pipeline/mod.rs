@@ -67,6 +67,7 @@ impl Pipeline {
             body,
             parallelism: None,
             inputs,
+            throttles: Vec::new(),
         });
         Stream {
             graph: self.graph.clone(),
@@ -100,6 +101,12 @@ impl Pipeline {
             if !seen.insert(node.uid.as_str()) {
                 return Err(Error::InvalidPipeline(format!(
                     "uid '{}' is used twice: every operator needs its own stable uid",
+                    node.uid
+                )));
+            }
+            if !node.throttles.is_empty() && !matches!(node.body, NodeBody::Source(_)) {
+                return Err(Error::InvalidPipeline(format!(
+                    "'{}' is not a source: throttles apply to sources, call .throttle() right after .source()",
                     node.uid
                 )));
             }
@@ -143,6 +150,16 @@ impl Stream {
         self
     }
 
+    /// Makes the source of this stream wait on `throttle` before each fetch
+    /// (e.g. [`RateLimit`](crate::RateLimit), or a replica-lag throttle).
+    /// Only sources fetch: on another operator it is refused by `build`.
+    pub fn throttle(self, throttle: impl crate::throttle::Throttle) -> Self {
+        self.graph.borrow_mut()[self.node]
+            .throttles
+            .push(Arc::new(throttle));
+        self
+    }
+
     /// Sends whole batches round-robin to the next operator's subtasks.
     pub fn rebalance(mut self) -> Self {
         self.next_partitioning = Partitioning::Rebalance;
@@ -155,6 +172,7 @@ impl Stream {
             uid,
             body,
             parallelism: None,
+            throttles: Vec::new(),
             inputs: vec![Edge {
                 from: self.node,
                 partitioning: self.next_partitioning.clone(),

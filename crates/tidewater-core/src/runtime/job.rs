@@ -51,6 +51,8 @@ pub struct JobConfig {
     retain: usize,
     channel_capacity: usize,
     restore: RestoreOptions,
+    max_restarts: u32,
+    restart_backoff: Duration,
 }
 
 impl JobConfig {
@@ -69,6 +71,8 @@ impl JobConfig {
             retain: 3,
             channel_capacity: 4,
             restore: RestoreOptions::default(),
+            max_restarts: 3,
+            restart_backoff: Duration::from_secs(1),
         }
     }
 
@@ -94,6 +98,15 @@ impl JobConfig {
     /// Batches buffered per channel (default 4): the backpressure window.
     pub fn channel_capacity(mut self, batches: usize) -> Self {
         self.channel_capacity = batches.max(1);
+        self
+    }
+
+    /// How often the job restarts itself from its last checkpoint after a
+    /// retryable error (default 3; 0 fails at once). Waits `backoff`, doubling
+    /// each time (default 1 s).
+    pub fn restarts(mut self, max: u32, backoff: Duration) -> Self {
+        self.max_restarts = max;
+        self.restart_backoff = backoff;
         self
     }
 
@@ -339,9 +352,37 @@ fn fingerprint(job: &Job, records: &[(OperatorRecord, Role)]) -> String {
     format!("{:016x}", hasher.finish())
 }
 
+/// Runs the job, restarting it from its last checkpoint after a retryable
+/// error (a dropped connection, a storage hiccup) up to `max_restarts` times.
 async fn run(
     job: Job,
     config: JobConfig,
+    progress: Arc<Progress>,
+    cancel: watch::Receiver<bool>,
+) -> Result<Outcome> {
+    let mut restarts = 0;
+    loop {
+        match run_once(&job, &config, progress.clone(), cancel.clone()).await {
+            Err(error) if error.is_retryable() && restarts < config.max_restarts => {
+                restarts += 1;
+                let backoff = config.restart_backoff * 2u32.pow(restarts - 1);
+                warn!(
+                    error = %error,
+                    restart = restarts,
+                    of = config.max_restarts,
+                    backoff_ms = backoff.as_millis() as u64,
+                    "job failed with a retryable error; restarting from the last checkpoint"
+                );
+                tokio::time::sleep(backoff).await;
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn run_once(
+    job: &Job,
+    config: &JobConfig,
     progress: Arc<Progress>,
     cancel: watch::Receiver<bool>,
 ) -> Result<Outcome> {
@@ -356,13 +397,13 @@ async fn run(
         if let NodeBody::Operator(factory) = &node.body {
             let mut instances = Vec::new();
             for subtask in 0..job.parallelism[id] {
-                let ctx = context(&job, id, subtask);
+                let ctx = context(job, id, subtask, epoch);
                 instances.push(factory(&ctx).map_err(|e| e.in_operator(&node.uid, subtask))?);
             }
             operators.insert(id, instances);
         }
     }
-    let records = describe(&job, &operators);
+    let records = describe(job, &operators);
     let sinks: HashMap<String, Arc<dyn Sink>> = job
         .nodes
         .iter()
@@ -383,26 +424,26 @@ async fn run(
         RestoreResult::Run(restored) => restored,
     };
     for (uid, sink) in &sinks {
-        sink.abort_uncommitted(uid)
+        sink.abort_uncommitted(&job.name, uid)
             .await
             .map_err(|e| e.in_operator(uid, 0))?;
     }
     progress.set_baseline(restored.rows_read, restored.checkpoint.map_or(0, |c| c.0));
 
-    let wiring = wire(
-        &job,
-        &config,
-        &store,
-        operators,
-        &restored,
-        progress.clone(),
-        &sinks,
-    )
-    .await?;
+    let setup = Setup {
+        job,
+        config,
+        store: &store,
+        restored: &restored,
+        progress: progress.clone(),
+        sinks: &sinks,
+        epoch,
+    };
+    let wiring = wire(&setup, operators).await?;
     let coordinator = Coordinator {
         store,
         epoch,
-        fingerprint: fingerprint(&job, &records),
+        fingerprint: fingerprint(job, &records),
         operators: records.into_iter().map(|(r, _)| r).collect(),
         sinks,
         controls: wiring.controls,
@@ -443,12 +484,13 @@ async fn run(
     })
 }
 
-fn context(job: &Job, node: usize, subtask: usize) -> TaskContext {
+fn context(job: &Job, node: usize, subtask: usize, epoch: Epoch) -> TaskContext {
     TaskContext {
         job: job.name.as_str().into(),
         uid: job.nodes[node].uid.as_str().into(),
         subtask,
         parallelism: job.parallelism[node],
+        epoch,
     }
 }
 
@@ -459,16 +501,32 @@ struct Wiring {
     task_count: usize,
 }
 
+/// What wiring a run needs.
+struct Setup<'a> {
+    job: &'a Job,
+    config: &'a JobConfig,
+    store: &'a StateStore,
+    restored: &'a Restored,
+    progress: Arc<Progress>,
+    sinks: &'a HashMap<String, Arc<dyn Sink>>,
+    epoch: Epoch,
+}
+
 /// Creates the channels between chains and spawns one task per chain subtask.
 async fn wire(
-    job: &Job,
-    config: &JobConfig,
-    store: &StateStore,
+    setup: &Setup<'_>,
     mut operators: HashMap<usize, Vec<Box<dyn Operator>>>,
-    restored: &Restored,
-    progress: Arc<Progress>,
-    sinks: &HashMap<String, Arc<dyn Sink>>,
 ) -> Result<Wiring> {
+    let Setup {
+        job,
+        config,
+        store,
+        restored,
+        sinks,
+        epoch,
+        ..
+    } = *setup;
+    let progress = setup.progress.clone();
     // Per chain: the receivers of each subtask, and for each upstream chain the
     // senders it uses to reach them.
     let mut receivers: Vec<Vec<Vec<mpsc::Receiver<Message>>>> = job
@@ -543,7 +601,7 @@ async fn wire(
             let tail = match &job.nodes[last].body {
                 NodeBody::Sink(_) => {
                     let uid = job.nodes[last].uid.clone();
-                    let ctx = context(job, last, subtask);
+                    let ctx = context(job, last, subtask, epoch);
                     let writer = sinks[&uid]
                         .open_writer(&ctx)
                         .await
@@ -572,6 +630,7 @@ async fn wire(
                     controls.push(control_tx);
                     let task = SourceTask {
                         uid: job.nodes[head].uid.as_str().into(),
+                        throttles: job.nodes[head].throttles.clone(),
                         source: source.clone(),
                         splits: all[subtask].clone(),
                         control: control_rx,
@@ -604,11 +663,26 @@ async fn assign_splits(
     restored: &Restored,
 ) -> Result<Vec<Vec<SplitState>>> {
     let uid = &job.nodes[node].uid;
-    let splits = source.splits().await.map_err(|e| e.in_operator(uid, 0))?;
     let parallelism = job.parallelism[node];
     let empty = BTreeMap::new();
     let cursors = restored.cursors.get(uid).unwrap_or(&empty);
-    if let Some(checkpoint) = restored.checkpoint.filter(|_| !cursors.is_empty()) {
+    let checkpointed: Vec<String> = cursors.keys().cloned().collect();
+    let resumed = match restored.checkpoint.filter(|_| !cursors.is_empty()) {
+        Some(_) => source
+            .resume_splits(&checkpointed)
+            .await
+            .map_err(|e| e.in_operator(uid, 0))?,
+        None => None,
+    };
+    let rebuilt = resumed.is_some();
+    let splits = match resumed {
+        Some(splits) => splits,
+        None => source.splits().await.map_err(|e| e.in_operator(uid, 0))?,
+    };
+    if let Some(checkpoint) = restored
+        .checkpoint
+        .filter(|_| !cursors.is_empty() && !rebuilt)
+    {
         let now: Vec<&str> = splits.iter().map(|s| s.id.as_str()).collect();
         let then: Vec<&str> = cursors.keys().map(String::as_str).collect();
         let mut now_sorted = now.clone();

@@ -20,6 +20,7 @@ use crate::ids::CheckpointId;
 use crate::sink::{CommitHandle, SinkWriter};
 use crate::source::{Cursor, Source, Split, SplitReader};
 use crate::state;
+use crate::throttle::Throttle;
 
 /// What the coordinator tells a source subtask.
 #[derive(Debug)]
@@ -255,9 +256,24 @@ use arrow::array::Array;
 pub(crate) struct SourceTask {
     pub uid: Arc<str>,
     pub source: Arc<dyn Source>,
+    pub throttles: Vec<Arc<dyn Throttle>>,
     pub splits: Vec<SplitState>,
     pub control: UnboundedReceiver<Control>,
     pub core: TaskCore,
+}
+
+/// What a source does after a message from the coordinator.
+enum Next {
+    Read,
+    Pause,
+    Stop,
+}
+
+async fn admit_all(throttles: &[Arc<dyn Throttle>], rows: u64) -> Result<()> {
+    for throttle in throttles {
+        throttle.admit(rows).await?;
+    }
+    Ok(())
 }
 
 impl SourceTask {
@@ -269,9 +285,26 @@ impl SourceTask {
             .map_err(|e| e.in_operator(&uid, subtask))
     }
 
+    async fn on_control(&mut self, control: Control, rows_read: u64) -> Result<Next> {
+        match control {
+            Control::Trigger { checkpoint, pause } => {
+                let state = source_state(&self.splits)?;
+                self.core
+                    .checkpoint(checkpoint, Some((self.uid.clone(), state)), rows_read)
+                    .await?;
+                Ok(if pause { Next::Pause } else { Next::Read })
+            }
+            Control::Finish(checkpoint) => {
+                self.core.finish(checkpoint, rows_read).await?;
+                Ok(Next::Stop)
+            }
+        }
+    }
+
     async fn run_inner(&mut self) -> Result<()> {
         let mut reader: Option<(usize, Box<dyn SplitReader>)> = None;
         let mut rows_read = 0u64;
+        let mut last_rows = 0u64;
         let mut exhausted = false;
         let mut paused = false;
         loop {
@@ -285,19 +318,39 @@ impl SourceTask {
             } else {
                 self.control.try_recv().ok()
             };
-            match control {
-                Some(Control::Trigger { checkpoint, pause }) => {
-                    let state = source_state(&self.splits)?;
-                    self.core
-                        .checkpoint(checkpoint, Some((self.uid.clone(), state)), rows_read)
-                        .await?;
-                    paused |= pause;
-                    continue;
+            if let Some(control) = control {
+                match self.on_control(control, rows_read).await? {
+                    Next::Read => continue,
+                    Next::Pause => {
+                        paused = true;
+                        continue;
+                    }
+                    Next::Stop => return Ok(()),
                 }
-                Some(Control::Finish(checkpoint)) => {
-                    return self.core.finish(checkpoint, rows_read).await;
+            }
+
+            if !self.throttles.is_empty() {
+                // A throttled source still answers checkpoints and cancels.
+                let waited = {
+                    let throttles = &self.throttles;
+                    let control = &mut self.control;
+                    tokio::select! {
+                        admitted = admit_all(throttles, last_rows) => { admitted?; None }
+                        message = control.recv() => Some(message),
+                    }
+                };
+                match waited {
+                    None => {}
+                    Some(None) => return Ok(()),
+                    Some(Some(control)) => {
+                        match self.on_control(control, rows_read).await? {
+                            Next::Read => {}
+                            Next::Pause => paused = true,
+                            Next::Stop => return Ok(()),
+                        }
+                        continue;
+                    }
                 }
-                None => {}
             }
 
             if reader.is_none() {
@@ -327,6 +380,7 @@ impl SourceTask {
                         self.core.progress.mark_first_batch();
                     }
                     rows_read += rows;
+                    last_rows = rows;
                     self.core.progress.add_read(rows);
                     self.core.process(batch).await?;
                     // A chain that ends in a sink may never await a channel, and

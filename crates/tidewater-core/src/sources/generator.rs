@@ -72,6 +72,11 @@ impl GeneratorSource {
         self
     }
 
+    /// The schema of the generated batches: id, k, v, s.
+    pub fn schema_ref(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
     /// The number of rows.
     pub fn rows(&self) -> u64 {
         self.rows

@@ -1,0 +1,579 @@
+//! `PostgresSink`: idempotent upserts, or exactly-once writes committed with
+//! the checkpoint through prepared transactions.
+
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::util::display::array_value_to_string;
+use async_trait::async_trait;
+use serde_json::{Map, Value, json};
+use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
+use tidewater_core::{CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext};
+use tracing::{debug, warn};
+
+use crate::encode;
+use crate::errors::{
+    constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, user_error,
+};
+use crate::schema::{PgColumn, describe, primary_key, quote_ident, quote_table};
+use crate::source::redact;
+
+/// How the sink writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkMode {
+    /// `INSERT ... ON CONFLICT (primary key) DO UPDATE`, committed per batch.
+    /// Replays after a restore rewrite identical rows: the result is exact
+    /// for deterministic pipelines. Needs a primary key.
+    Upsert,
+    /// All rows of a checkpoint interval in one transaction, prepared on the
+    /// barrier (`PREPARE TRANSACTION`) and committed when the checkpoint
+    /// completes, with a row in `tidewater_commits`. Needs
+    /// `max_prepared_transactions > 0` on the server.
+    ExactlyOnce,
+}
+
+/// Bookkeeping tables, created when missing.
+const BOOKKEEPING: &str = "
+CREATE TABLE IF NOT EXISTS tidewater_commits (
+    job text NOT NULL, sink text NOT NULL, subtask int NOT NULL, checkpoint bigint NOT NULL,
+    epoch bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (job, sink, subtask, checkpoint));
+CREATE TABLE IF NOT EXISTS tidewater_dead_letters (
+    job text NOT NULL, sink text NOT NULL, subtask int NOT NULL, target text NOT NULL,
+    row jsonb NOT NULL, error text NOT NULL, at timestamptz NOT NULL DEFAULT now())";
+
+/// Writes record batches into a PostgreSQL table.
+///
+/// Rows the table refuses (a constraint, a bad value) fail the job with the
+/// row and the constraint named, or, within a budget set by
+/// [`max_bad_rows`](PostgresSinkBuilder::max_bad_rows), go to
+/// `tidewater_dead_letters` with their error (in exactly-once mode, in the
+/// same transaction as the checkpoint's rows).
+#[derive(Debug, Clone)]
+pub struct PostgresSink {
+    pool: PgPool,
+    url: String,
+    table: String,
+    mode: SinkMode,
+    columns: Vec<PgColumn>,
+    key: Vec<String>,
+    max_bad_rows: u64,
+}
+
+/// Configures a [`PostgresSink`].
+#[derive(Debug, Clone)]
+pub struct PostgresSinkBuilder {
+    url: String,
+    table: String,
+    mode: SinkMode,
+    create: Option<String>,
+    max_bad_rows: u64,
+}
+
+impl PostgresSink {
+    /// Writes into `table` at `url`.
+    pub fn builder(url: &str, table: &str, mode: SinkMode) -> PostgresSinkBuilder {
+        PostgresSinkBuilder {
+            url: url.to_string(),
+            table: table.to_string(),
+            mode,
+            create: None,
+            max_bad_rows: 0,
+        }
+    }
+
+    fn gid(job: &str, uid: &str, subtask: usize, checkpoint: CheckpointId) -> String {
+        format!("tw:{job}:{uid}:{subtask}:{}", checkpoint.0)
+    }
+}
+
+impl PostgresSinkBuilder {
+    /// Runs this statement first (e.g. `CREATE TABLE IF NOT EXISTS ...`).
+    pub fn create_if_missing(mut self, statement: &str) -> Self {
+        self.create = Some(statement.to_string());
+        self
+    }
+
+    /// Rows that may go to the dead-letter table before the job fails (default 0).
+    pub fn max_bad_rows(mut self, rows: u64) -> Self {
+        self.max_bad_rows = rows;
+        self
+    }
+
+    /// Connects, creates what is missing, and reads the table's columns and key.
+    pub async fn build(self) -> Result<PostgresSink> {
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect(&self.url)
+            .await
+            .map_err(|e| {
+                db_error(
+                    &format!("connecting to the sink ({})", redact(&self.url)),
+                    e,
+                )
+            })?;
+        if let Some(create) = &self.create {
+            sqlx::raw_sql(AssertSqlSafe(create.clone()))
+                .execute(&pool)
+                .await
+                .map_err(|e| db_error("creating the target table", e))?;
+        }
+        sqlx::raw_sql(BOOKKEEPING)
+            .execute(&pool)
+            .await
+            .map_err(|e| db_error("creating tidewater_commits and tidewater_dead_letters", e))?;
+        let columns = describe(&pool, &self.table).await?;
+        let key = primary_key(&pool, &self.table).await?;
+        if self.mode == SinkMode::Upsert && key.is_empty() {
+            return Err(user_error(format!(
+                "upsert mode needs a primary key on '{}' to know which rows are the same; \
+                 add one, or use exactly-once mode",
+                self.table
+            )));
+        }
+        if self.mode == SinkMode::ExactlyOnce {
+            let (max,): (String,) = sqlx::query_as("SHOW max_prepared_transactions")
+                .fetch_one(&pool)
+                .await
+                .map_err(|e| db_error("reading max_prepared_transactions", e))?;
+            if max.trim() == "0" {
+                return Err(user_error(
+                    "exactly-once mode uses PREPARE TRANSACTION, which this server disables \
+                     (max_prepared_transactions = 0): set it above the sink's parallelism and \
+                     restart the server, or use upsert mode"
+                        .into(),
+                ));
+            }
+        }
+        Ok(PostgresSink {
+            pool,
+            url: self.url,
+            table: self.table,
+            mode: self.mode,
+            columns,
+            key,
+            max_bad_rows: self.max_bad_rows,
+        })
+    }
+}
+
+#[async_trait]
+impl Sink for PostgresSink {
+    fn kind(&self) -> &str {
+        match self.mode {
+            SinkMode::Upsert => "postgres-upsert",
+            SinkMode::ExactlyOnce => "postgres-exactly-once",
+        }
+    }
+
+    async fn open_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>> {
+        Ok(Box::new(PostgresWriter {
+            sink: self.clone(),
+            ctx: ctx.clone(),
+            insert: None,
+            connection: None,
+            in_transaction: false,
+            bad_rows: 0,
+        }))
+    }
+
+    async fn commit(&self, handle: &CommitHandle) -> Result<()> {
+        let Some(gid) = handle.payload.get("gid").and_then(Value::as_str) else {
+            return Ok(()); // upsert mode: nothing to commit
+        };
+        let sql = format!("COMMIT PREPARED '{}'", gid.replace('\'', "''"));
+        match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&self.pool).await {
+            Ok(_) => {
+                debug!(gid, "committed");
+                Ok(())
+            }
+            Err(e) if is_undefined_object(&e) => {
+                // No such prepared transaction: committed before, or lost.
+                let job = handle
+                    .payload
+                    .get("job")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let (done,): (bool,) = sqlx::query_as(
+                    "SELECT EXISTS (SELECT 1 FROM tidewater_commits \
+                     WHERE job = $1 AND sink = $2 AND subtask = $3 AND checkpoint = $4)",
+                )
+                .bind(job)
+                .bind(&handle.uid)
+                .bind(handle.subtask as i32)
+                .bind(handle.checkpoint.0 as i64)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| db_error("checking tidewater_commits", e))?;
+                if done {
+                    Ok(())
+                } else {
+                    Err(Error::Corrupt(format!(
+                        "prepared transaction '{gid}' of checkpoint {} is gone and was never \
+                         committed (rolled back by hand?): its rows are not in '{}'",
+                        handle.checkpoint, self.table
+                    )))
+                }
+            }
+            Err(e) => Err(db_error(&format!("COMMIT PREPARED '{gid}'"), e)),
+        }
+    }
+
+    async fn abort_uncommitted(&self, job: &str, uid: &str) -> Result<()> {
+        if self.mode != SinkMode::ExactlyOnce {
+            return Ok(());
+        }
+        let prefix = format!("tw:{job}:{uid}:");
+        let gids: Vec<(String,)> = sqlx::query_as(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, $1)",
+        )
+        .bind(&prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error("listing prepared transactions", e))?;
+        for (gid,) in gids {
+            warn!(
+                gid,
+                "rolling back a prepared transaction no checkpoint completed"
+            );
+            let sql = format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"));
+            if let Err(e) = sqlx::raw_sql(AssertSqlSafe(sql)).execute(&self.pool).await {
+                // Another process may have resolved it meanwhile.
+                if !is_undefined_object(&e) {
+                    return Err(db_error(&format!("ROLLBACK PREPARED '{gid}'"), e));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+struct PostgresWriter {
+    sink: PostgresSink,
+    ctx: TaskContext,
+    /// The insert statement, built for the first batch's columns.
+    insert: Option<String>,
+    connection: Option<PgConnection>,
+    in_transaction: bool,
+    bad_rows: u64,
+}
+
+/// A row as JSON, for messages and the dead-letter table.
+fn row_json(batch: &RecordBatch, row: usize) -> Value {
+    let mut object = Map::new();
+    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
+        let value = if column.is_null(row) {
+            Value::Null
+        } else {
+            Value::String(array_value_to_string(column, row).unwrap_or_default())
+        };
+        object.insert(field.name().clone(), value);
+    }
+    Value::Object(object)
+}
+
+impl PostgresWriter {
+    fn build_insert(&self, batch: &RecordBatch) -> Result<String> {
+        let sink = &self.sink;
+        let mut names = Vec::new();
+        let mut selects = Vec::new();
+        let mut params = Vec::new();
+        for (i, field) in batch.schema().fields().iter().enumerate() {
+            let column = sink
+                .columns
+                .iter()
+                .find(|c| &c.name == field.name())
+                .ok_or_else(|| {
+                    user_error(format!(
+                        "the stream has a column '{}' that table '{}' lacks (table columns: {})",
+                        field.name(),
+                        sink.table,
+                        sink.columns
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?;
+            let name = quote_ident(&column.name);
+            params.push(format!(
+                "${}::{}",
+                i + 1,
+                encode::array_type(field.data_type())?
+            ));
+            selects.push(format!("u.{name}::{}", column.sql_type));
+            names.push(name);
+        }
+        let mut sql = format!(
+            "INSERT INTO {table} ({cols}) SELECT {selects} FROM UNNEST({params}) AS u({cols})",
+            table = quote_table(&sink.table),
+            cols = names.join(", "),
+            selects = selects.join(", "),
+            params = params.join(", ")
+        );
+        if sink.mode == SinkMode::Upsert {
+            let key: Vec<String> = sink.key.iter().map(|k| quote_ident(k)).collect();
+            let updates: Vec<String> = names
+                .iter()
+                .filter(|n| !key.contains(n))
+                .map(|n| format!("{n} = EXCLUDED.{n}"))
+                .collect();
+            sql.push_str(&format!(" ON CONFLICT ({}) DO ", key.join(", ")));
+            if updates.is_empty() {
+                sql.push_str("NOTHING");
+            } else {
+                sql.push_str(&format!("UPDATE SET {}", updates.join(", ")));
+            }
+        }
+        Ok(sql)
+    }
+
+    async fn connection(&mut self) -> Result<&mut PgConnection> {
+        if self.connection.is_none() {
+            let connection = PgConnection::connect(&self.sink.url)
+                .await
+                .map_err(|e| db_error("connecting the sink writer", e))?;
+            self.connection = Some(connection);
+        }
+        Ok(self.connection.as_mut().expect("connected above"))
+    }
+
+    async fn run(&mut self, sql: &str) -> Result<()> {
+        let connection = self.connection().await?;
+        if let Err(e) = sqlx::raw_sql(AssertSqlSafe(sql.to_string()))
+            .execute(&mut *connection)
+            .await
+        {
+            self.connection = None;
+            self.in_transaction = false;
+            return Err(db_error(sql, e));
+        }
+        Ok(())
+    }
+
+    /// Runs the insert for `batch` on the writer's connection.
+    async fn insert(&mut self, batch: &RecordBatch) -> std::result::Result<(), sqlx::Error> {
+        let sql = self.insert.clone().unwrap_or_default();
+        let connection = match self.connection().await {
+            Ok(c) => c,
+            Err(_) => return Err(sqlx::Error::PoolClosed),
+        };
+        let mut query = sqlx::query(AssertSqlSafe(sql));
+        for column in batch.columns() {
+            query =
+                encode::bind(query, column).map_err(|e| sqlx::Error::Protocol(e.to_string()))?;
+        }
+        query.execute(&mut *connection).await.map(|_| ())
+    }
+
+    /// Writes the rows one by one, sending refused ones to the dead-letter table.
+    async fn insert_row_by_row(&mut self, batch: &RecordBatch) -> Result<()> {
+        let transactional = self.sink.mode == SinkMode::ExactlyOnce;
+        for row in 0..batch.num_rows() {
+            let one = batch.slice(row, 1);
+            if transactional {
+                self.run("SAVEPOINT tw_row").await?;
+            }
+            match self.insert(&one).await {
+                Ok(()) => {
+                    if transactional {
+                        self.run("RELEASE SAVEPOINT tw_row").await?;
+                    }
+                }
+                Err(e) if is_row_error(&e) => {
+                    if transactional {
+                        self.run("ROLLBACK TO SAVEPOINT tw_row").await?;
+                    }
+                    self.dead_letter(&one, &e).await?;
+                }
+                Err(e) => {
+                    self.connection = None;
+                    return Err(db_error("writing a row", e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn dead_letter(&mut self, row: &RecordBatch, error: &sqlx::Error) -> Result<()> {
+        self.bad_rows += 1;
+        let row_value = row_json(row, 0);
+        let detail = error
+            .as_database_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_else(|| error.to_string());
+        if self.bad_rows > self.sink.max_bad_rows {
+            return Err(Error::BadInput(format!(
+                "table '{}' refused row {row_value}: {} ({detail}); {} bad rows exceed the \
+                 budget of {} (raise max_bad_rows to send such rows to tidewater_dead_letters)",
+                self.sink.table,
+                constraint_of(error),
+                self.bad_rows,
+                self.sink.max_bad_rows
+            )));
+        }
+        warn!(table = %self.sink.table, row = %row_value, error = %detail, "row sent to tidewater_dead_letters");
+        let (job, uid, subtask, table) = (
+            self.ctx.job.to_string(),
+            self.ctx.uid.to_string(),
+            self.ctx.subtask as i32,
+            self.sink.table.clone(),
+        );
+        let connection = self.connection().await?;
+        sqlx::query(
+            "INSERT INTO tidewater_dead_letters (job, sink, subtask, target, row, error) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(job)
+        .bind(uid)
+        .bind(subtask)
+        .bind(table)
+        .bind(row_value)
+        .bind(format!("{}: {detail}", constraint_of(error)))
+        .execute(&mut *connection)
+        .await
+        .map_err(|e| db_error("writing to tidewater_dead_letters", e))?;
+        Ok(())
+    }
+
+    fn refused(&self, batch: &RecordBatch, error: &sqlx::Error) -> Error {
+        let detail = error
+            .as_database_error()
+            .map(|d| d.message().to_string())
+            .unwrap_or_default();
+        let pg_detail = error
+            .as_database_error()
+            .and_then(|d| d.try_downcast_ref::<sqlx::postgres::PgDatabaseError>())
+            .and_then(|d| d.detail().map(str::to_string))
+            .unwrap_or_default();
+        Error::BadInput(format!(
+            "table '{}' refused a row of a {}-row batch: {} ({detail}; {pg_detail}); first row of \
+             the batch: {}. Set max_bad_rows to send such rows to tidewater_dead_letters",
+            self.sink.table,
+            batch.num_rows(),
+            constraint_of(error),
+            row_json(batch, 0)
+        ))
+    }
+
+    async fn write_upsert(&mut self, batch: &RecordBatch) -> Result<()> {
+        let mut attempt = 0;
+        loop {
+            match self.insert(batch).await {
+                Ok(()) => return Ok(()),
+                // Upserts are idempotent: after a dropped connection, write again.
+                Err(e) if is_connection_error(&e) && attempt < 5 => {
+                    attempt += 1;
+                    self.connection = None;
+                    warn!(table = %self.sink.table, attempt, error = %e, "sink connection lost; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
+                }
+                Err(e) if is_row_error(&e) && self.sink.max_bad_rows > 0 => {
+                    return self.insert_row_by_row(batch).await;
+                }
+                Err(e) if is_row_error(&e) => return Err(self.refused(batch, &e)),
+                Err(e) => {
+                    self.connection = None;
+                    return Err(db_error(&format!("writing into '{}'", self.sink.table), e));
+                }
+            }
+        }
+    }
+
+    async fn write_transactional(&mut self, batch: &RecordBatch) -> Result<()> {
+        if !self.in_transaction {
+            self.run("BEGIN").await?;
+            self.in_transaction = true;
+        }
+        let budget = self.sink.max_bad_rows > 0;
+        if budget {
+            self.run("SAVEPOINT tw_batch").await?;
+        }
+        match self.insert(batch).await {
+            Ok(()) if budget => self.run("RELEASE SAVEPOINT tw_batch").await,
+            Ok(()) => Ok(()),
+            Err(e) if is_row_error(&e) && budget => {
+                self.run("ROLLBACK TO SAVEPOINT tw_batch").await?;
+                self.insert_row_by_row(batch).await
+            }
+            Err(e) => {
+                // The transaction is lost with the connection or the error: the job
+                // fails and resumes from the last checkpoint, which had none of it.
+                let refused = is_row_error(&e).then(|| self.refused(batch, &e));
+                self.connection = None;
+                self.in_transaction = false;
+                Err(refused
+                    .unwrap_or_else(|| db_error(&format!("writing into '{}'", self.sink.table), e)))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SinkWriter for PostgresWriter {
+    async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        if self.insert.is_none() {
+            self.insert = Some(self.build_insert(&batch)?);
+        }
+        match self.sink.mode {
+            SinkMode::Upsert => self.write_upsert(&batch).await,
+            SinkMode::ExactlyOnce => self.write_transactional(&batch).await,
+        }
+    }
+
+    async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Option<Value>> {
+        if self.sink.mode != SinkMode::ExactlyOnce || !self.in_transaction {
+            return Ok(None);
+        }
+        let (job, uid, subtask, epoch) = (
+            self.ctx.job.to_string(),
+            self.ctx.uid.to_string(),
+            self.ctx.subtask,
+            self.ctx.epoch.0 as i64,
+        );
+        // The commit row carries the epoch; a newer epoch's row fences this writer off.
+        let connection = self.connection().await?;
+        let recorded = sqlx::query(
+            "INSERT INTO tidewater_commits (job, sink, subtask, checkpoint, epoch) \
+             SELECT $1, $2, $3, $4, $5 WHERE NOT EXISTS (SELECT 1 FROM tidewater_commits \
+             WHERE job = $1 AND sink = $2 AND epoch > $5)",
+        )
+        .bind(&job)
+        .bind(&uid)
+        .bind(subtask as i32)
+        .bind(checkpoint.0 as i64)
+        .bind(epoch)
+        .execute(&mut *connection)
+        .await;
+        match recorded {
+            Ok(done) if done.rows_affected() == 1 => {}
+            Ok(_) => {
+                self.run("ROLLBACK").await?;
+                self.in_transaction = false;
+                return Err(Error::External {
+                    message: format!(
+                        "fenced: a worker with an epoch newer than {epoch} already committed job \
+                         '{job}' into '{}'; this writer stops",
+                        self.sink.table
+                    ),
+                    retryable: false,
+                });
+            }
+            Err(e) => {
+                self.connection = None;
+                self.in_transaction = false;
+                return Err(db_error("recording the checkpoint in tidewater_commits", e));
+            }
+        }
+        let gid = PostgresSink::gid(&job, &uid, subtask, checkpoint);
+        self.run(&format!(
+            "PREPARE TRANSACTION '{}'",
+            gid.replace('\'', "''")
+        ))
+        .await?;
+        self.in_transaction = false;
+        Ok(Some(json!({ "gid": gid, "job": job })))
+    }
+}

@@ -1,0 +1,426 @@
+//! `PostgresSource`: a table read in key order by keyset pagination, split
+//! into key ranges that subtasks read in parallel.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use serde_json::json;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Row};
+use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
+use tracing::warn;
+
+use crate::decode::ColumnBuilder;
+use crate::errors::{db_error, is_connection_error, user_error};
+use crate::schema::{PgColumn, describe, quote_ident, quote_table};
+
+/// How often a read is retried after the connection dropped.
+const READ_RETRIES: u32 = 5;
+
+/// Reads a table (or a projection and filter over it) in the order of a
+/// unique integer key, `batch_rows` rows per query:
+///
+/// ```sql
+/// SELECT cols FROM t WHERE key > $cursor AND key <= $split_end [AND (filter)] ORDER BY key LIMIT $batch
+/// ```
+///
+/// The key range `[min, max]` at the first run is cut into `splits` ranges;
+/// each split's cursor is the last key it emitted. A resumed run reuses the
+/// checkpointed ranges, so rows inserted past the original `max` are not read.
+#[derive(Debug, Clone)]
+pub struct PostgresSource {
+    pool: PgPool,
+    table: String,
+    key: String,
+    columns: Vec<PgColumn>,
+    key_index: usize,
+    filter: Option<String>,
+    splits: u64,
+    batch_rows: i64,
+    schema: SchemaRef,
+}
+
+/// Configures a [`PostgresSource`].
+#[derive(Debug, Clone)]
+pub struct PostgresSourceBuilder {
+    url: String,
+    table: String,
+    key: String,
+    columns: Option<Vec<String>>,
+    filter: Option<String>,
+    splits: u64,
+    batch_rows: i64,
+    connections: u32,
+}
+
+impl PostgresSource {
+    /// Reads `table` (optionally `schema.table`) from `url` in the order of `key`.
+    pub fn builder(url: &str, table: &str, key: &str) -> PostgresSourceBuilder {
+        PostgresSourceBuilder {
+            url: url.to_string(),
+            table: table.to_string(),
+            key: key.to_string(),
+            columns: None,
+            filter: None,
+            splits: 16,
+            batch_rows: 10_000,
+            connections: 8,
+        }
+    }
+
+    fn prefix(&self) -> String {
+        format!("{}:{}:", self.table, self.key)
+    }
+
+    fn split(&self, lo: i64, hi: i64, estimate: u64) -> Split {
+        Split {
+            id: format!("{}{lo}..={hi}", self.prefix()),
+            estimated_rows: Some(estimate),
+        }
+    }
+
+    async fn estimated_rows(&self) -> Result<u64> {
+        let (estimate,): (i64,) = sqlx::query_as(
+            "SELECT GREATEST(reltuples, 0)::int8 FROM pg_class WHERE oid = $1::text::regclass",
+        )
+        .bind(&self.table)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("estimating the row count", e))?;
+        if estimate > 0 {
+            return Ok(estimate as u64);
+        }
+        // Never analysed: count (slow on a huge table, but only then).
+        let sql = format!("SELECT count(*) FROM {}", quote_table(&self.table));
+        let (count,): (i64,) = sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error("counting rows", e))?;
+        Ok(count as u64)
+    }
+
+    fn where_filter(&self) -> String {
+        self.filter
+            .as_ref()
+            .map(|f| format!(" AND ({f})"))
+            .unwrap_or_default()
+    }
+}
+
+impl PostgresSourceBuilder {
+    /// Reads only these columns (the key is always read). Default: all.
+    pub fn columns<I, S>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.columns = Some(columns.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Reads only rows matching this SQL condition (e.g. `created_at < '2024-01-01'`).
+    pub fn filter(mut self, condition: &str) -> Self {
+        self.filter = Some(condition.to_string());
+        self
+    }
+
+    /// Key ranges to cut the table into (default 16).
+    pub fn splits(mut self, splits: u64) -> Self {
+        self.splits = splits.max(1);
+        self
+    }
+
+    /// Rows per query and per batch (default 10 000).
+    pub fn batch_rows(mut self, rows: usize) -> Self {
+        self.batch_rows = rows.clamp(1, i64::MAX as usize) as i64;
+        self
+    }
+
+    /// Connections in the source's pool (default 8; one per reading subtask is enough).
+    pub fn connections(mut self, connections: u32) -> Self {
+        self.connections = connections.max(1);
+        self
+    }
+
+    /// Connects, reads the table's columns and checks the configuration.
+    pub async fn build(self) -> Result<PostgresSource> {
+        let pool = PgPoolOptions::new()
+            .max_connections(self.connections)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect(&self.url)
+            .await
+            .map_err(|e| {
+                db_error(
+                    &format!("connecting to the source ({})", redact(&self.url)),
+                    e,
+                )
+            })?;
+        let all = describe(&pool, &self.table).await?;
+        let key_column = all.iter().find(|c| c.name == self.key).ok_or_else(|| {
+            user_error(format!(
+                "table '{}' has no key column '{}'",
+                self.table, self.key
+            ))
+        })?;
+        if !matches!(key_column.udt.as_str(), "int2" | "int4" | "int8") {
+            return Err(user_error(format!(
+                "key column '{}' has type {}: the key must be an integer column (int2, int4, int8) \
+                 that is unique and indexed",
+                self.key, key_column.sql_type
+            )));
+        }
+        let mut columns = match &self.columns {
+            None => all.clone(),
+            Some(names) => names
+                .iter()
+                .map(|name| {
+                    all.iter()
+                        .find(|c| &c.name == name)
+                        .cloned()
+                        .ok_or_else(|| {
+                            user_error(format!(
+                                "table '{}' has no column '{name}' (columns: {})",
+                                self.table,
+                                all.iter()
+                                    .map(|c| c.name.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ))
+                        })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        };
+        if !columns.iter().any(|c| c.name == self.key) {
+            columns.insert(0, key_column.clone());
+        }
+        let mut fields = Vec::with_capacity(columns.len());
+        for column in &columns {
+            // Fails on an unsupported type, naming the column.
+            ColumnBuilder::new(column, 0)?;
+            let data_type = column.arrow.clone().unwrap_or(DataType::Null);
+            fields.push(Field::new(&column.name, data_type, column.nullable));
+        }
+        let key_index = columns
+            .iter()
+            .position(|c| c.name == self.key)
+            .expect("added above");
+        Ok(PostgresSource {
+            pool,
+            table: self.table,
+            key: self.key,
+            columns,
+            key_index,
+            filter: self.filter,
+            splits: self.splits,
+            batch_rows: self.batch_rows,
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+}
+
+/// The URL without its password, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    match url.split_once('@') {
+        Some((head, tail)) => match head.rsplit_once(':') {
+            Some((user, _)) if user.contains("//") => format!("{user}:***@{tail}"),
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}
+
+#[async_trait]
+impl Source for PostgresSource {
+    fn kind(&self) -> &str {
+        "postgres"
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    async fn splits(&self) -> Result<Vec<Split>> {
+        let sql = format!(
+            "SELECT min({key})::int8, max({key})::int8 FROM {table} WHERE true{filter}",
+            key = quote_ident(&self.key),
+            table = quote_table(&self.table),
+            filter = self.where_filter()
+        );
+        let (min, max): (Option<i64>, Option<i64>) = sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error("reading the key range", e))?;
+        let (Some(min), Some(max)) = (min, max) else {
+            return Ok(Vec::new());
+        };
+        let span = (max as i128 - min as i128 + 1) as u128;
+        let count = u128::from(self.splits).min(span);
+        let estimate = self.estimated_rows().await? / count as u64;
+        Ok((0..count)
+            .map(|i| {
+                let lo = min as i128 + (span * i / count) as i128;
+                let hi = min as i128 + (span * (i + 1) / count) as i128 - 1;
+                self.split(lo as i64, hi as i64, estimate)
+            })
+            .collect())
+    }
+
+    async fn resume_splits(&self, checkpointed: &[String]) -> Result<Option<Vec<Split>>> {
+        let estimate = self.estimated_rows().await? / checkpointed.len().max(1) as u64;
+        let prefix = self.prefix();
+        let splits = checkpointed
+            .iter()
+            .map(|id| {
+                parse_range(id, &prefix).map(|(lo, hi)| self.split(lo, hi, estimate)).ok_or_else(|| {
+                    Error::IncompatibleState {
+                        uid: self.table.clone(),
+                        checkpoint: Default::default(),
+                        detail: format!(
+                            "checkpointed split '{id}' is not a range of {}.{}: was the table or key changed?",
+                            self.table, self.key
+                        ),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(splits))
+    }
+
+    async fn open(&self, split: &Split, cursor: Option<&Cursor>) -> Result<Box<dyn SplitReader>> {
+        let (lo, hi) = parse_range(&split.id, &self.prefix()).ok_or_else(|| {
+            Error::Corrupt(format!("'{}' is not a split of this source", split.id))
+        })?;
+        let after = match cursor.and_then(|c| c.get("after")) {
+            None => None,
+            Some(value) => Some(value.as_i64().ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "cursor {value} of split '{}' is not an integer",
+                    split.id
+                ))
+            })?),
+        };
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let key = quote_ident(&self.key);
+        let sql = |first: &str| {
+            format!(
+                "SELECT {columns} FROM {table} WHERE {key} {first} $1 AND {key} <= $2{filter} \
+                 ORDER BY {key} LIMIT $3",
+                table = quote_table(&self.table),
+                filter = self.where_filter()
+            )
+        };
+        Ok(Box::new(PostgresReader {
+            source: self.clone(),
+            first_sql: sql(">="),
+            next_sql: sql(">"),
+            lo,
+            hi,
+            after,
+            done: false,
+        }))
+    }
+}
+
+fn parse_range(id: &str, prefix: &str) -> Option<(i64, i64)> {
+    let (lo, hi) = id.strip_prefix(prefix)?.split_once("..=")?;
+    Some((lo.parse().ok()?, hi.parse().ok()?))
+}
+
+struct PostgresReader {
+    source: PostgresSource,
+    first_sql: String,
+    next_sql: String,
+    lo: i64,
+    hi: i64,
+    after: Option<i64>,
+    done: bool,
+}
+
+impl PostgresReader {
+    async fn fetch(&self) -> std::result::Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+        let (sql, from) = match self.after {
+            None => (&self.first_sql, self.lo),
+            Some(after) => (&self.next_sql, after),
+        };
+        sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(from)
+            .bind(self.hi)
+            .bind(self.source.batch_rows)
+            .fetch_all(&self.source.pool)
+            .await
+    }
+}
+
+#[async_trait]
+impl SplitReader for PostgresReader {
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut attempt = 0;
+        let rows = loop {
+            match self.fetch().await {
+                Ok(rows) => break rows,
+                // Reads are idempotent: on a dropped connection, read again.
+                Err(e) if is_connection_error(&e) && attempt < READ_RETRIES => {
+                    attempt += 1;
+                    warn!(table = %self.source.table, attempt, error = %e, "source connection lost; retrying");
+                    tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
+                }
+                Err(e) => return Err(db_error(&format!("reading '{}'", self.source.table), e)),
+            }
+        };
+        if (rows.len() as i64) < self.source.batch_rows {
+            self.done = true;
+        }
+        let Some(last) = rows.last() else {
+            return Ok(None);
+        };
+        let key_index = self.source.key_index;
+        let last_key: i64 = match self.source.columns[key_index].udt.as_str() {
+            "int2" => i64::from(
+                last.try_get::<i16, _>(key_index)
+                    .map_err(|e| db_error("key", e))?,
+            ),
+            "int4" => i64::from(
+                last.try_get::<i32, _>(key_index)
+                    .map_err(|e| db_error("key", e))?,
+            ),
+            _ => last
+                .try_get::<i64, _>(key_index)
+                .map_err(|e| db_error("key", e))?,
+        };
+        let mut builders = self
+            .source
+            .columns
+            .iter()
+            .map(|c| ColumnBuilder::new(c, rows.len()))
+            .collect::<Result<Vec<_>>>()?;
+        for row in &rows {
+            for (i, builder) in builders.iter_mut().enumerate() {
+                builder.append(row, i, &self.source.columns[i].name)?;
+            }
+        }
+        let arrays = builders.iter_mut().map(ColumnBuilder::finish).collect();
+        self.after = Some(last_key);
+        Ok(Some(RecordBatch::try_new(
+            self.source.schema.clone(),
+            arrays,
+        )?))
+    }
+
+    fn cursor(&self) -> Cursor {
+        match self.after {
+            Some(after) => json!({ "after": after }),
+            None => json!({}),
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! What every runner binary of the examples does around a job: parse an
+//! interval, show progress, turn SIGINT/SIGTERM into a savepoint, write the
+//! status and summary files the benchmarks read, and map the outcome to an
+//! exit code (0 complete, 1 failed, 3 cancelled and resumable).
+
+#![allow(dead_code)] // each example uses its own subset
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+use tidewater::prelude::*;
+use tidewater::{ProgressSnapshot, Summary};
+
+/// A checkpoint interval flag; `None` is `off`.
+#[derive(Debug, Clone, Copy)]
+pub struct Interval(pub Option<Duration>);
+
+/// Parses `500ms`, `1s`, `10s` or `off`.
+pub fn parse_interval(text: &str) -> Result<Interval, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(Interval(None));
+    }
+    let interval = humantime::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a duration like 500ms, 1s or 10s, nor 'off': {e}"))?;
+    if interval.is_zero() {
+        return Err("the checkpoint interval must be above zero; use 'off' to disable".into());
+    }
+    Ok(Interval(Some(interval)))
+}
+
+/// Logs to stderr, `RUST_LOG` or `info`.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Where the run reports, besides the terminal.
+#[derive(Debug, Clone, Default)]
+pub struct Reporting {
+    /// Written when the run ends.
+    pub summary_json: Option<PathBuf>,
+    /// Rewritten every 20 ms.
+    pub status_file: Option<PathBuf>,
+    /// For messages.
+    pub state: String,
+    /// For messages.
+    pub out: String,
+}
+
+/// Peak resident memory of this process, from /proc (0 where unavailable).
+pub fn peak_rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// CPU seconds (user + system, all threads) this process used so far.
+pub fn cpu_seconds() -> f64 {
+    // Fields 14 and 15 of /proc/self/stat, after the command name in parentheses.
+    let ticks = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
+        });
+    // Linux reports clock ticks at USER_HZ, 100 on every mainstream configuration.
+    ticks.map_or(0.0, |t| t as f64 / 100.0)
+}
+
+/// Writes JSON atomically (write, then rename).
+pub fn write_json(path: &Path, value: &serde_json::Value) -> anyhow::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(value)?)?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn status_json(p: &ProgressSnapshot) -> serde_json::Value {
+    serde_json::json!({
+        "rows_read": p.rows_read,
+        "rows_total": p.rows_total,
+        "checkpoints": p.checkpoints,
+        "last_checkpoint": p.last_checkpoint,
+        "exposure_rows": p.exposure_rows,
+        "elapsed_s": p.elapsed.as_secs_f64(),
+        "first_batch_s": p.first_batch_after.map(|d| d.as_secs_f64()),
+    })
+}
+
+/// The summary file the benchmarks read.
+pub fn summary_json(
+    outcome: &str,
+    summary: Option<&Summary>,
+    elapsed: Duration,
+    rows: u64,
+) -> serde_json::Value {
+    let checkpoints: Vec<_> = summary
+        .map(|s| {
+            s.checkpoints
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "id": c.id,
+                        "kind": format!("{:?}", c.kind).to_lowercase(),
+                        "duration_s": c.duration.as_secs_f64(),
+                        "state_bytes": c.state_bytes,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!({
+        "outcome": outcome,
+        "rows_read_in_run": summary.map_or(rows, |s| s.progress.rows_read - s.rows_restored),
+        "rows_restored": summary.map_or(0, |s| s.rows_restored),
+        "elapsed_s": elapsed.as_secs_f64(),
+        "first_batch_s": summary.and_then(|s| s.progress.first_batch_after).map(|d| d.as_secs_f64()),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "cpu_s": cpu_seconds(),
+        "checkpoints": checkpoints,
+    })
+}
+
+/// The progress line: rows, rate, checkpoints, and what a crash now would redo.
+pub fn progress_line(p: &ProgressSnapshot) -> String {
+    let rate = p.rows_read as f64 / p.elapsed.as_secs_f64().max(1e-3);
+    format!(
+        "{}/{} rows, {:.2}M rows/s, {} checkpoints (last #{}, {} ms), {} rows since",
+        p.rows_read,
+        p.rows_total,
+        rate / 1e6,
+        p.checkpoints,
+        p.last_checkpoint,
+        p.last_checkpoint_duration.as_millis(),
+        p.exposure_rows
+    )
+}
+
+/// Runs `job` to its end, reporting as it goes; maps the outcome to an exit code.
+pub async fn run_job(
+    job: Job,
+    config: JobConfig,
+    reporting: &Reporting,
+) -> anyhow::Result<ExitCode> {
+    let handle = job.start(config);
+    let control = handle.control();
+    let join = handle.join();
+    tokio::pin!(join);
+
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = ProgressBar::new(1);
+        bar.set_style(
+            ProgressStyle::with_template("{bar:30} {percent:>3}% {msg}").expect("valid template"),
+        );
+        bar
+    });
+    if let Some(path) = reporting.status_file.clone() {
+        // An OS thread: busy workers delay tokio's timers, and a probe must not lag.
+        let control = control.clone();
+        std::thread::spawn(move || {
+            loop {
+                if let Err(e) = write_json(&path, &status_json(&control.progress())) {
+                    tracing::warn!("cannot write the status file {}: {e}", path.display());
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+    }
+    let started = Instant::now();
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks = 0u64;
+    let outcome = loop {
+        let signal = tokio::select! {
+            outcome = &mut join => break outcome,
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+            _ = ticker.tick() => {
+                let p = control.progress();
+                match &bar {
+                    Some(bar) => {
+                        bar.set_length(p.rows_total.max(1));
+                        bar.set_position(p.rows_read);
+                        bar.set_message(progress_line(&p));
+                    }
+                    // Without a terminal, a log line every 5 s.
+                    None if ticks % 5 == 4 => tracing::info!("{}", progress_line(&p)),
+                    None => {}
+                }
+                ticks += 1;
+                continue;
+            }
+        };
+        tracing::info!("{signal}: taking a savepoint, then stopping");
+        control.cancel();
+    };
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let outcome = outcome?;
+    if let Some(path) = &reporting.summary_json {
+        let (name, summary) = match &outcome {
+            Outcome::Completed(s) => ("completed", Some(s)),
+            Outcome::Cancelled { summary, .. } => ("cancelled", Some(summary)),
+            Outcome::AlreadyComplete { .. } => ("already_complete", None),
+        };
+        write_json(path, &summary_json(name, summary, started.elapsed(), 0))?;
+    }
+    match outcome {
+        Outcome::Completed(summary) => {
+            let p = &summary.progress;
+            println!(
+                "done: {} rows read, {} rows written in {:.1}s ({:.2}M rows/s), {} checkpoints, \
+                 resumed from {}, output in {}",
+                p.rows_read,
+                p.rows_written,
+                p.elapsed.as_secs_f64(),
+                p.rows_read as f64 / p.elapsed.as_secs_f64().max(1e-3) / 1e6,
+                p.checkpoints,
+                summary
+                    .restored_from
+                    .map_or_else(|| "the start".to_string(), |c| format!("checkpoint {c}")),
+                reporting.out
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::AlreadyComplete { checkpoint } => {
+            println!(
+                "already complete: the job in {} finished at checkpoint {checkpoint}; nothing to do",
+                reporting.state
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Outcome::Cancelled { savepoint, summary } => {
+            eprintln!(
+                "cancelled at savepoint {savepoint} after {} rows; run the same command to resume",
+                summary.progress.rows_read
+            );
+            Ok(ExitCode::from(3))
+        }
+    }
+}
+
+/// Runs `future` on a multi-threaded runtime; errors print and exit 1.
+pub fn main_with<F>(future: F) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<ExitCode>>,
+{
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("starting the tokio runtime");
+    exit_code(runtime.block_on(future))
+}
+
+/// Prints an error and returns exit code 1.
+pub fn exit_code(result: anyhow::Result<ExitCode>) -> ExitCode {
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

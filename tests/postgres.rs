@@ -1,0 +1,472 @@
+//! The PostgreSQL connectors against a real primary and streaming replica
+//! (started by `scripts/pg.sh up`; `scripts/test.sh` does it). Each test works
+//! in a database of its own.
+//!
+//! Without `TIDEWATER_PG_PRIMARY` the tests say so and pass, unless
+//! `TIDEWATER_REQUIRE_PG` is set (as `scripts/test.sh` does), where they fail.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Rng, example_binary, text};
+
+/// Connection URLs of the test servers, or `None` (skip) when there are none.
+fn servers() -> Option<(String, String)> {
+    match (
+        std::env::var("TIDEWATER_PG_PRIMARY"),
+        std::env::var("TIDEWATER_PG_REPLICA"),
+    ) {
+        (Ok(primary), Ok(replica)) => Some((primary, replica)),
+        _ if std::env::var_os("TIDEWATER_REQUIRE_PG").is_some() => {
+            panic!(
+                "TIDEWATER_REQUIRE_PG is set but TIDEWATER_PG_PRIMARY/REPLICA are not: run `bash scripts/pg.sh up` and `eval \"$(bash scripts/pg.sh env)\"`"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipped: no PostgreSQL (run `bash scripts/pg.sh up` and `eval \"$(bash scripts/pg.sh env)\"`)"
+            );
+            None
+        }
+    }
+}
+
+fn with_database(url: &str, database: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("URL with a database");
+    format!("{base}/{database}")
+}
+
+/// Runs SQL with psql; returns the rows, `|`-separated.
+fn sql(url: &str, statement: &str) -> Vec<String> {
+    let output = Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-XAtqc", statement])
+        .output()
+        .expect("running psql");
+    assert!(
+        output.status.success(),
+        "psql failed on {statement}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn one(url: &str, statement: &str) -> String {
+    sql(url, statement).into_iter().next().unwrap_or_default()
+}
+
+/// A fresh database named after the test, on the primary (and so the replica).
+struct Db {
+    url: String,
+    replica: String,
+}
+
+impl Db {
+    fn fresh(name: &str) -> Option<Db> {
+        let (primary, replica) = servers()?;
+        sql(
+            &primary,
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        );
+        sql(&primary, &format!("CREATE DATABASE {name}"));
+        let db = Db {
+            url: with_database(&primary, name),
+            replica: with_database(&replica, name),
+        };
+        // Wait until the replica has the database too.
+        let start = Instant::now();
+        while Command::new("psql")
+            .args([db.replica.as_str(), "-XAtqc", "select 1"])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the replica never got database {name}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(db)
+    }
+
+    fn seed(&self, rows: u64) {
+        let output = Command::new(example_binary("pg_backfill"))
+            .args(["--seed", &rows.to_string(), "--source-url", &self.url])
+            .output()
+            .expect("seeding");
+        assert!(
+            output.status.success(),
+            "seeding failed:\n{}",
+            text(&output)
+        );
+    }
+
+    fn backfill(&self, state: &Path, mode: &str, extra: &[&str]) -> Command {
+        let mut command = Command::new(example_binary("pg_backfill"));
+        command
+            .args(["--source-url", &self.url, "--sink-mode", mode, "--state"])
+            .arg(state)
+            .args([
+                "--checkpoint-interval",
+                "200ms",
+                "--parallelism",
+                "2",
+                "--batch-rows",
+                "5000",
+            ])
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Asserts dst holds exactly the rows of src with id % 3 != 0, once each, w = 2v.
+    fn assert_dst_exact(&self, rows: u64) {
+        let expected = (0..rows).filter(|i| i % 3 != 0).count().to_string();
+        assert_eq!(
+            one(&self.url, "SELECT count(*) FROM dst"),
+            expected,
+            "rows in dst"
+        );
+        assert_eq!(
+            one(&self.url, "SELECT count(DISTINCT id) FROM dst"),
+            expected,
+            "distinct ids in dst"
+        );
+        assert_eq!(
+            one(
+                &self.url,
+                "SELECT count(*) FROM dst d JOIN src s USING (id) \
+                            WHERE d.k = s.k AND d.v = s.v AND d.s = s.s AND d.w = s.v * 2 AND s.id % 3 <> 0"
+            ),
+            expected,
+            "rows of dst equal to their src row"
+        );
+    }
+}
+
+/// Where a child's stderr goes: a pipe nobody reads until the end would fill
+/// up and block the child's logging.
+fn log_file(dir: &Path) -> std::fs::File {
+    std::fs::File::create(dir.join("stderr.log")).expect("log file")
+}
+
+fn read_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
+}
+
+/// Undoes a paused replay even when the test fails: a paused replica would break every later test.
+struct ResumeReplay(String);
+
+impl Drop for ResumeReplay {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([self.0.as_str(), "-XAtqc", "SELECT pg_wal_replay_resume()"])
+            .output();
+    }
+}
+
+/// Kills the backfill at random instants and restarts it until it completes,
+/// then checks `dst`; repeats with fresh state and tables until `kills` kills
+/// landed (a fast machine finishes a round in few kills).
+fn kill_randomly_until_complete(db: &Db, mode: &str, rows: u64, kills: usize, fresh_dst: &str) {
+    let mut rng = Rng::from_time();
+    let mut done = 0;
+    let mut rounds = 0;
+    while done < kills {
+        rounds += 1;
+        sql(&db.url, &format!("DROP TABLE IF EXISTS dst; {fresh_dst}"));
+        sql(&db.url, "DROP TABLE IF EXISTS tidewater_commits");
+        let state = tempfile::tempdir().unwrap();
+        loop {
+            let mut child: Child = db
+                .backfill(state.path(), mode, &[])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let started = Instant::now();
+            let delay = Duration::from_millis(50 + rng.below(700));
+            let killed = loop {
+                if child.try_wait().unwrap().is_some() {
+                    break false;
+                }
+                if started.elapsed() >= delay {
+                    child.kill().unwrap();
+                    break true;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            let status = child.wait().unwrap();
+            if killed {
+                done += 1;
+                continue;
+            }
+            assert!(
+                status.success(),
+                "a run failed (rerun it by hand to see why)"
+            );
+            break;
+        }
+        db.assert_dst_exact(rows);
+        assert_eq!(
+            one(&db.url, "SELECT count(*) FROM pg_prepared_xacts"),
+            "0",
+            "prepared transactions left behind"
+        );
+        eprintln!("{mode}: round {rounds} exact, {done} kills so far");
+    }
+}
+
+#[test]
+fn exactly_once_mode_survives_random_kills() {
+    let Some(db) = Db::fresh("tw_crash_exactly_once") else {
+        return;
+    };
+    let rows = 400_000;
+    db.seed(rows);
+    // No primary key: a row committed twice would show up as a duplicate.
+    let no_key =
+        "CREATE TABLE dst (id bigint, k bigint, v double precision, s text, w double precision)";
+    kill_randomly_until_complete(&db, "exactly-once", rows, 10, no_key);
+    // Every checkpoint was committed once: one commit row per (subtask, checkpoint).
+    assert_eq!(
+        one(
+            &db.url,
+            "SELECT count(*) = count(DISTINCT (sink, subtask, checkpoint)) FROM tidewater_commits"
+        ),
+        "t"
+    );
+}
+
+#[test]
+fn upsert_mode_survives_random_kills() {
+    let Some(db) = Db::fresh("tw_crash_upsert") else {
+        return;
+    };
+    let rows = 400_000;
+    db.seed(rows);
+    kill_randomly_until_complete(&db, "upsert", rows, 10, "");
+}
+
+#[test]
+fn replica_lag_pauses_the_backfill_until_the_replica_catches_up() {
+    let Some(db) = Db::fresh("tw_throttle") else {
+        return;
+    };
+    let rows = 300_000;
+    db.seed(rows);
+    let state = tempfile::tempdir().unwrap();
+    let status = state.path().join("status.json");
+    let poll = Duration::from_millis(200);
+    let child = db
+        .backfill(
+            state.path(),
+            "exactly-once",
+            &[
+                "--max-replica-lag",
+                "1s",
+                "--replica-url",
+                &db.replica,
+                "--lag-poll-interval",
+                "200ms",
+                "--rows-per-second",
+                "40000",
+                "--status-file",
+                status.to_str().unwrap(),
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(log_file(state.path()))
+        .spawn()
+        .unwrap();
+    let rows_read = || -> u64 {
+        std::fs::read(&status)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["rows_read"].as_u64())
+            .unwrap_or(0)
+    };
+    // Let it run, then stop replay on the replica while the backfill keeps writing.
+    while rows_read() < 20_000 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _resume = ResumeReplay(db.replica.clone());
+    sql(&db.replica, "SELECT pg_wal_replay_pause()");
+    let lag = || -> f64 {
+        one(
+            &db.replica,
+            "SELECT CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 \
+                          ELSE EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()) END",
+        )
+        .parse()
+        .unwrap_or(0.0)
+    };
+    let start = Instant::now();
+    while lag() <= 1.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the replica lag never passed 1s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Within two polling intervals the source stops; then it must stay stopped.
+    std::thread::sleep(poll * 2 + Duration::from_millis(300));
+    let stopped_at = rows_read();
+    std::thread::sleep(Duration::from_secs(2));
+    let still = rows_read();
+    assert_eq!(
+        stopped_at, still,
+        "the backfill kept reading while the replica lagged"
+    );
+    assert!(
+        stopped_at < rows,
+        "the backfill finished before the lag test could observe it"
+    );
+
+    sql(&db.replica, "SELECT pg_wal_replay_resume()");
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{}", read_log(state.path()));
+    assert!(
+        read_log(state.path()).contains("throttled: replica lag"),
+        "{}",
+        text(&output)
+    );
+    db.assert_dst_exact(rows);
+}
+
+#[test]
+fn refused_rows_fail_the_job_or_go_to_dead_letters() {
+    let Some(db) = Db::fresh("tw_bad_rows") else {
+        return;
+    };
+    let rows = 20_000;
+    db.seed(rows);
+    // v = (i % 1000) / 4 is 42.5 exactly when i % 1000 == 170.
+    sql(
+        &db.url,
+        "CREATE TABLE dst (id bigint PRIMARY KEY, k bigint, v double precision, s text, \
+                  w double precision, CONSTRAINT no_42_5 CHECK (v <> 42.5))",
+    );
+    let bad: Vec<u64> = (0..rows)
+        .filter(|i| i % 3 != 0 && i % 1000 == 170)
+        .collect();
+
+    // No budget: the job fails, naming the constraint and a row.
+    let state = tempfile::tempdir().unwrap();
+    let failed: Output = db
+        .backfill(state.path(), "exactly-once", &[])
+        .output()
+        .unwrap();
+    assert_eq!(failed.status.code(), Some(1), "{}", text(&failed));
+    let message = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        message.contains("no_42_5") && message.contains("refused"),
+        "{message}"
+    );
+
+    // With a budget: those rows go to the dead-letter table, every other row to dst.
+    sql(&db.url, "TRUNCATE dst; TRUNCATE tidewater_commits");
+    let state = tempfile::tempdir().unwrap();
+    let budget = bad.len().to_string();
+    let done = db
+        .backfill(state.path(), "exactly-once", &["--max-bad-rows", &budget])
+        .output()
+        .unwrap();
+    assert!(done.status.success(), "{}", text(&done));
+    let letters = sql(
+        &db.url,
+        "SELECT (row->>'id')::bigint FROM tidewater_dead_letters ORDER BY 1",
+    );
+    let letters: Vec<u64> = letters.iter().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(letters, bad, "dead letters");
+    assert!(
+        one(
+            &db.url,
+            "SELECT bool_and(error LIKE '%no_42_5%') FROM tidewater_dead_letters"
+        ) == "t"
+    );
+    let expected = (0..rows).filter(|i| i % 3 != 0).count() - bad.len();
+    assert_eq!(
+        one(&db.url, "SELECT count(*) FROM dst"),
+        expected.to_string()
+    );
+    assert_eq!(one(&db.url, "SELECT count(*) FROM dst WHERE v = 42.5"), "0");
+}
+
+#[test]
+fn lost_connections_are_recovered_and_the_output_is_exact() {
+    let Some(db) = Db::fresh("tw_connection_loss") else {
+        return;
+    };
+    let rows = 300_000;
+    db.seed(rows);
+    for mode in ["upsert", "exactly-once"] {
+        sql(
+            &db.url,
+            "DROP TABLE IF EXISTS dst; TRUNCATE tidewater_commits",
+        );
+        let state = tempfile::tempdir().unwrap();
+        let status = state.path().join("status.json");
+        let child = db
+            .backfill(
+                state.path(),
+                mode,
+                &[
+                    "--rows-per-second",
+                    "60000",
+                    "--status-file",
+                    status.to_str().unwrap(),
+                ],
+            )
+            .stdout(Stdio::null())
+            .stderr(log_file(state.path()))
+            .spawn()
+            .unwrap();
+        // Twice mid-run: cut every client connection of this database (source and sink).
+        for threshold in [60_000u64, 150_000] {
+            let start = Instant::now();
+            loop {
+                let read = std::fs::read(&status)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+                    .and_then(|v| v["rows_read"].as_u64())
+                    .unwrap_or(0);
+                if read >= threshold {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(60),
+                    "no progress to {threshold}"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let killed = one(
+                &db.url,
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                                       WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                                       AND backend_type = 'client backend'",
+            );
+            assert_ne!(killed, "0", "no connection to terminate");
+        }
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{mode}: {}",
+            read_log(state.path())
+        );
+        let log = read_log(state.path());
+        assert!(
+            log.contains("retrying") || log.contains("restarting"),
+            "{mode}: no recovery logged:\n{log}"
+        );
+        db.assert_dst_exact(rows);
+    }
+}
