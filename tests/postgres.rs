@@ -152,6 +152,15 @@ impl Db {
     }
 }
 
+/// Rows the backfill has read, from its status file (0 before the first write).
+fn rows_read(status: &Path) -> u64 {
+    std::fs::read(status)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["rows_read"].as_u64())
+        .unwrap_or(0)
+}
+
 /// Where a child's stderr goes: a pipe nobody reads until the end would fill
 /// up and block the child's logging.
 fn log_file(dir: &Path) -> std::fs::File {
@@ -287,13 +296,7 @@ fn replica_lag_pauses_the_backfill_until_the_replica_catches_up() {
         .stderr(log_file(state.path()))
         .spawn()
         .unwrap();
-    let rows_read = || -> u64 {
-        std::fs::read(&status)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["rows_read"].as_u64())
-            .unwrap_or(0)
-    };
+    let rows_read = || rows_read(&status);
     // Let it run, then stop replay on the replica while the backfill keeps writing.
     while rows_read() < 20_000 {
         std::thread::sleep(Duration::from_millis(20));
@@ -434,11 +437,7 @@ fn lost_connections_are_recovered_and_the_output_is_exact() {
         for threshold in [60_000u64, 150_000] {
             let start = Instant::now();
             loop {
-                let read = std::fs::read(&status)
-                    .ok()
-                    .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-                    .and_then(|v| v["rows_read"].as_u64())
-                    .unwrap_or(0);
+                let read = rows_read(&status);
                 if read >= threshold {
                     break;
                 }
