@@ -378,7 +378,7 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
             .collect();
         let seconds = interval_seconds(interval)?;
         let mut crash_results = Vec::new();
-        if let Some(seconds) = seconds {
+        if seconds.is_some() {
             let run_time = total_rows as f64 / rate;
             let mut attempts = 0;
             while crash_results.len() < crashes && attempts < crashes * 3 {
@@ -400,7 +400,6 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
                     crash_results.push(result);
                 }
             }
-            let _ = seconds;
         }
         let rework: Vec<f64> = crash_results.iter().map(|c| c.rework_rows as f64).collect();
         let restart: Vec<f64> = crash_results

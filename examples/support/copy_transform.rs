@@ -1,8 +1,6 @@
 //! The copy transform shared by the backfill examples: keep rows with
 //! `id % 3 != 0`, add `w = v * 2.0`.
 
-#![allow(dead_code)] // each example uses its own subset
-
 use std::sync::Arc;
 
 use arrow::array::{BooleanArray, Float64Array, Int64Array, RecordBatch};

@@ -20,7 +20,6 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 use tidewater::GeneratorSource;
 
-const SPLITS: u64 = 32;
 const BATCH_ROWS: u64 = 8192;
 
 fn writer(path: &Path, schema: Arc<Schema>) -> anyhow::Result<ArrowWriter<File>> {
@@ -32,16 +31,15 @@ fn writer(path: &Path, schema: Arc<Schema>) -> anyhow::Result<ArrowWriter<File>>
     Ok(ArrowWriter::try_new(file, schema, Some(props))?)
 }
 
-/// The ranges of thread `t` of `p`, as the framework assigns splits.
-fn ranges(rows: u64, t: usize, p: usize) -> Vec<(u64, u64)> {
-    let splits = SPLITS.min(rows.max(1));
-    let (per, extra) = (rows / splits, rows % splits);
-    (0..splits)
-        .filter(|j| (*j as usize) % p == t)
-        .map(|j| {
-            let start = j * per + j.min(extra);
-            (start, start + per + u64::from(j < extra))
-        })
+/// The ranges of thread `t` of `p`: the generator's own splits, assigned as
+/// the framework assigns them (split j to subtask j % p).
+fn ranges(source: &GeneratorSource, t: usize, p: usize) -> Vec<(u64, u64)> {
+    source
+        .split_ranges()
+        .into_iter()
+        .enumerate()
+        .filter(|(j, _)| j % p == t)
+        .map(|(_, range)| range)
         .collect()
 }
 
@@ -65,7 +63,7 @@ pub fn copy(
                 let (source, schema, transform) = (&source, schema.clone(), &transform);
                 scope.spawn(move || -> anyhow::Result<()> {
                     let mut w = writer(&out.join(format!("part-fused-{t:04}.parquet")), schema)?;
-                    for (start, end) in ranges(rows, t, p) {
+                    for (start, end) in ranges(source, t, p) {
                         let mut at = start;
                         while at < end {
                             let next = (at + BATCH_ROWS).min(end);
@@ -96,7 +94,7 @@ pub fn aggregate(rows: u64, keys: u64, p: usize, out: &Path) -> anyhow::Result<u
                 let source = &source;
                 scope.spawn(move || -> anyhow::Result<Groups> {
                     let mut groups = Groups::default();
-                    for (start, end) in ranges(rows, t, p) {
+                    for (start, end) in ranges(source, t, p) {
                         let mut at = start;
                         while at < end {
                             let next = (at + BATCH_ROWS).min(end);

@@ -114,6 +114,14 @@ impl GeneratorSource {
         )?)
     }
 
+    /// The row ranges `[start, end)` of the splits, in split order: split `j`
+    /// is read by subtask `j % parallelism`.
+    pub fn split_ranges(&self) -> Vec<(u64, u64)> {
+        (0..self.splits.min(self.rows.max(1)))
+            .map(|index| self.split_range(index))
+            .collect()
+    }
+
     fn split_range(&self, index: u64) -> (u64, u64) {
         let splits = self.splits.min(self.rows.max(1));
         let per = self.rows / splits;
@@ -147,14 +155,12 @@ impl Source for GeneratorSource {
     }
 
     async fn splits(&self) -> Result<Vec<Split>> {
-        let count = self.splits.min(self.rows.max(1));
-        Ok((0..count)
-            .map(|index| {
-                let (start, end) = self.split_range(index);
-                Split {
-                    id: self.split_id(start, end),
-                    estimated_rows: Some(end - start),
-                }
+        Ok(self
+            .split_ranges()
+            .into_iter()
+            .map(|(start, end)| Split {
+                id: self.split_id(start, end),
+                estimated_rows: Some(end - start),
             })
             .collect())
     }
