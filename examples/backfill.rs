@@ -22,7 +22,6 @@ mod fused;
 #[path = "support/runner.rs"]
 mod runner;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -30,7 +29,7 @@ use anyhow::Context;
 use arrow::array::RecordBatch;
 use arrow::compute::filter_record_batch;
 use clap::{Parser, ValueEnum};
-use runner::{Interval, Reporting, parse_interval};
+use runner::RunArgs;
 use tidewater::prelude::*;
 
 #[global_allocator]
@@ -65,15 +64,6 @@ struct Args {
     /// Distinct keys (k = splitmix64(id) % keys).
     #[arg(long, default_value_t = 100_000)]
     keys: u64,
-    /// Time between checkpoints (e.g. 500ms, 1s, 10s), or `off`.
-    #[arg(long, default_value = "1s", value_parser = parse_interval)]
-    checkpoint_interval: Interval,
-    /// Subtasks per operator.
-    #[arg(long, default_value_t = 2)]
-    parallelism: usize,
-    /// Where checkpoints go: a folder or URL.
-    #[arg(long, default_value = "./tidewater-state")]
-    state: String,
     /// Where the Parquet output goes: a folder or URL.
     #[arg(long, default_value = "./tidewater-out")]
     out: String,
@@ -81,16 +71,12 @@ struct Args {
     /// thread, without checkpoints (the benchmarks' limit; local --out only).
     #[arg(long, value_enum, default_value = "framework")]
     engine: Engine,
-    /// Write a JSON summary of the run here when it ends.
-    #[arg(long)]
-    summary_json: Option<PathBuf>,
-    /// Rewrite live progress as JSON here every 20 ms.
-    #[arg(long)]
-    status_file: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 fn build(args: &Args) -> anyhow::Result<Job> {
-    let pipeline = Pipeline::new("backfill").with_parallelism(args.parallelism);
+    let pipeline = Pipeline::new("backfill").with_parallelism(args.run.parallelism);
     let rows = pipeline.source("generator", GeneratorSource::new(args.rows, args.keys));
     let sink =
         ParquetSink::open(&args.out).with_context(|| format!("opening --out {}", args.out))?;
@@ -127,13 +113,13 @@ fn run_fused(args: &Args) -> anyhow::Result<ExitCode> {
             fused::copy(
                 args.rows,
                 args.keys,
-                args.parallelism,
+                args.run.parallelism,
                 out,
                 schema,
                 &transform,
             )?
         }
-        Mode::Aggregate => fused::aggregate(args.rows, args.keys, args.parallelism, out)?,
+        Mode::Aggregate => fused::aggregate(args.rows, args.keys, args.run.parallelism, out)?,
     };
     let elapsed = started.elapsed();
     println!(
@@ -141,7 +127,7 @@ fn run_fused(args: &Args) -> anyhow::Result<ExitCode> {
         elapsed.as_secs_f64(),
         rows as f64 / elapsed.as_secs_f64() / 1e6
     );
-    if let Some(path) = &args.summary_json {
+    if let Some(path) = &args.run.summary_json {
         runner::write_json(
             path,
             &runner::summary_json("completed", None, elapsed, rows),
@@ -151,16 +137,8 @@ fn run_fused(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let config = JobConfig::new(&args.state)
-        .with_context(|| format!("opening --state {}", args.state))?
-        .checkpoint_interval(args.checkpoint_interval.0);
-    let reporting = Reporting {
-        summary_json: args.summary_json.clone(),
-        status_file: args.status_file.clone(),
-        state: args.state.clone(),
-        out: args.out.clone(),
-    };
-    runner::run_job(build(&args)?, config, &reporting).await
+    let config = args.run.config()?;
+    runner::run_job(build(&args)?, config, &args.run.reporting(&args.out)).await
 }
 
 fn main() -> ExitCode {

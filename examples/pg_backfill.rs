@@ -17,13 +17,12 @@ mod copy_transform;
 #[path = "support/runner.rs"]
 mod runner;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use runner::{Interval, Reporting, parse_interval};
+use runner::{Interval, RunArgs, parse_interval};
 use tidewater::RateLimit;
 use tidewater::postgres::{LagSource, PostgresSink, PostgresSource, ReplicaLagThrottle, SinkMode};
 use tidewater::prelude::*;
@@ -60,15 +59,6 @@ struct Args {
     /// How `dst` is written.
     #[arg(long, value_enum, default_value = "exactly-once")]
     sink_mode: Mode,
-    /// Time between checkpoints, or `off`.
-    #[arg(long, default_value = "1s", value_parser = parse_interval)]
-    checkpoint_interval: Interval,
-    /// Subtasks per operator.
-    #[arg(long, default_value_t = 2)]
-    parallelism: usize,
-    /// Where checkpoints go: a folder or URL.
-    #[arg(long, default_value = "./tidewater-state")]
-    state: String,
     /// Pause reading while the replica lags more than this (`off` to disable).
     #[arg(long, default_value = "2s", value_parser = parse_interval)]
     max_replica_lag: Interval,
@@ -87,12 +77,8 @@ struct Args {
     /// Rows per query on the source.
     #[arg(long, default_value_t = 10_000)]
     batch_rows: usize,
-    /// Write a JSON summary of the run here when it ends.
-    #[arg(long)]
-    summary_json: Option<PathBuf>,
-    /// Rewrite live progress as JSON here every 20 ms.
-    #[arg(long)]
-    status_file: Option<PathBuf>,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 /// Fills `src` by running a small tidewater job: generator → upsert sink.
@@ -101,7 +87,7 @@ async fn seed(args: &Args, rows: u64) -> anyhow::Result<ExitCode> {
         .create_if_missing(SRC_DDL)
         .build()
         .await?;
-    let pipeline = Pipeline::new("seed").with_parallelism(args.parallelism);
+    let pipeline = Pipeline::new("seed").with_parallelism(args.run.parallelism);
     pipeline
         .source(
             "generator",
@@ -126,7 +112,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let source = PostgresSource::builder(&args.source_url, "src", "id")
         .batch_rows(args.batch_rows)
-        .connections(args.parallelism as u32 + 1)
+        .connections(args.run.parallelism as u32 + 1)
         .build()
         .await
         .context("opening the source table src")?;
@@ -145,7 +131,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .context("opening the target table dst")?;
 
-    let pipeline = Pipeline::new("pg-backfill").with_parallelism(args.parallelism);
+    let pipeline = Pipeline::new("pg-backfill").with_parallelism(args.run.parallelism);
     let mut rows = pipeline.source("src", source);
     if let Some(high) = args.max_replica_lag.0 {
         let (url, at) = match &args.replica_url {
@@ -157,21 +143,14 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     if let Some(rate) = args.rows_per_second {
         // Each subtask gets its share of the rate.
-        rows = rows.throttle(RateLimit::new(rate / args.parallelism as f64));
+        rows = rows.throttle(RateLimit::new(rate / args.run.parallelism as f64));
     }
     rows.filter("keep", copy_transform::keep_row)
         .map("add-w", copy_transform::add_w)
         .sink("dst", sink);
 
-    let config = JobConfig::new(&args.state)
-        .with_context(|| format!("opening --state {}", args.state))?
-        .checkpoint_interval(args.checkpoint_interval.0);
-    let reporting = Reporting {
-        summary_json: args.summary_json.clone(),
-        status_file: args.status_file.clone(),
-        state: args.state.clone(),
-        out: "table dst".into(),
-    };
+    let config = args.run.config()?;
+    let reporting = args.run.reporting("table dst");
     runner::run_job(pipeline.build()?, config, &reporting).await
 }
 

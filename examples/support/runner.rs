@@ -32,6 +32,46 @@ pub fn parse_interval(text: &str) -> Result<Interval, String> {
     Ok(Interval(Some(interval)))
 }
 
+/// The flags every runner has: when to checkpoint, how wide, where state and
+/// reports go.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Time between checkpoints (e.g. 500ms, 1s, 10s), or `off`.
+    #[arg(long, default_value = "1s", value_parser = parse_interval)]
+    pub checkpoint_interval: Interval,
+    /// Subtasks per operator.
+    #[arg(long, default_value_t = 2)]
+    pub parallelism: usize,
+    /// Where checkpoints go: a folder or URL.
+    #[arg(long, default_value = "./tidewater-state")]
+    pub state: String,
+    /// Write a JSON summary of the run here when it ends.
+    #[arg(long)]
+    pub summary_json: Option<PathBuf>,
+    /// Rewrite live progress as JSON here every 20 ms.
+    #[arg(long)]
+    pub status_file: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The job configuration these flags ask for.
+    pub fn config(&self) -> anyhow::Result<JobConfig> {
+        Ok(JobConfig::new(&self.state)
+            .with_context(|| format!("opening --state {}", self.state))?
+            .checkpoint_interval(self.checkpoint_interval.0))
+    }
+
+    /// Where the run reports; `out` names the output in messages.
+    pub fn reporting(&self, out: &str) -> Reporting {
+        Reporting {
+            summary_json: self.summary_json.clone(),
+            status_file: self.status_file.clone(),
+            state: self.state.clone(),
+            out: out.to_string(),
+        }
+    }
+}
+
 /// Logs to stderr, `RUST_LOG` or `info`.
 pub fn init_logging() {
     tracing_subscriber::fmt()
