@@ -88,25 +88,25 @@ impl Coordinator {
             // Start what is due: a savepoint on cancel, the final checkpoint
             // once every source is exhausted.
             if idle && cancel_requested {
-                in_flight = Some(self.start(CheckpointKind::Savepoint)?);
+                in_flight = Some(self.start_or_cause(CheckpointKind::Savepoint).await?);
                 continue;
             }
             if idle && exhausted == self.controls.len() {
                 finishing = true;
-                in_flight = Some(self.start(CheckpointKind::Final)?);
+                in_flight = Some(self.start_or_cause(CheckpointKind::Final).await?);
                 continue;
             }
             tokio::select! {
                 _ = async { ticker.as_mut().expect("guarded").tick().await },
                     if ticker.is_some() && idle => {
                     rows_at_last_trigger = self.progress.rows_read();
-                    in_flight = Some(self.start(CheckpointKind::Periodic)?);
+                    in_flight = Some(self.start_or_cause(CheckpointKind::Periodic).await?);
                 }
                 _ = row_poll.tick(), if idle && self.trigger.every_rows.is_some() => {
                     let every = self.trigger.every_rows.unwrap_or(u64::MAX);
                     if self.progress.rows_read().saturating_sub(rows_at_last_trigger) >= every {
                         rows_at_last_trigger = self.progress.rows_read();
-                        in_flight = Some(self.start(CheckpointKind::Periodic)?);
+                        in_flight = Some(self.start_or_cause(CheckpointKind::Periodic).await?);
                     }
                 }
                 changed = self.cancel.changed(), if !cancel_requested => {
@@ -166,6 +166,15 @@ impl Coordinator {
                     }
                 }
             }
+        }
+    }
+
+    /// Starts a checkpoint; when a source task is gone, the error is the one
+    /// that task died of, not the closed channel.
+    async fn start_or_cause(&mut self, kind: CheckpointKind) -> Result<InFlight> {
+        match self.start(kind) {
+            Ok(flight) => Ok(flight),
+            Err(error) => Err(self.root_cause(error).await),
         }
     }
 

@@ -566,6 +566,7 @@ async fn wire(
     let mut controls = Vec::new();
     let mut tasks = JoinSet::new();
     let mut task_count = 0;
+    let mut rows_total = 0u64;
     for (c, chain) in job.chains.iter().enumerate() {
         let head = chain.nodes[0];
         let last = *chain.nodes.last().expect("chains are not empty");
@@ -582,7 +583,7 @@ async fn wire(
                 .flatten()
                 .filter_map(|s| s.split.estimated_rows)
                 .sum();
-            progress.set_total(progress.snapshot().rows_total + total);
+            rows_total += total;
         }
         for subtask in (0..chain.parallelism).rev() {
             let mut chained = Vec::new();
@@ -645,6 +646,7 @@ async fn wire(
             }
         }
     }
+    progress.set_total(rows_total);
     Ok(Wiring {
         controls,
         events,
@@ -706,7 +708,7 @@ async fn assign_splits(
                 ),
             });
         }
-    } else if restored.checkpoint.is_some() {
+    } else if restored.checkpoint.is_some() && cursors.is_empty() {
         warn!(source = %uid, "source has no cursors in the checkpoint: reading from the start");
     }
     let mut assigned: Vec<Vec<SplitState>> = (0..parallelism).map(|_| Vec::new()).collect();
