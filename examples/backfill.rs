@@ -71,6 +71,10 @@ struct Args {
     /// thread, without checkpoints (the benchmarks' limit; local --out only).
     #[arg(long, value_enum, default_value = "framework")]
     engine: Engine,
+    /// Output files are finished at this size (e.g. 128MiB), whatever the
+    /// checkpoint interval.
+    #[arg(long, default_value = "128MiB", value_parser = runner::parse_size)]
+    target_file_size: u64,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -78,8 +82,12 @@ struct Args {
 fn build(args: &Args) -> anyhow::Result<Job> {
     let pipeline = Pipeline::new("backfill").with_parallelism(args.run.parallelism);
     let rows = pipeline.source("generator", GeneratorSource::new(args.rows, args.keys));
-    let sink =
-        ParquetSink::open(&args.out).with_context(|| format!("opening --out {}", args.out))?;
+    let sink = ParquetSink::open(&args.out)
+        .with_context(|| format!("opening --out {}", args.out))?
+        .with_options(ParquetSinkOptions {
+            target_file_bytes: args.target_file_size,
+            ..ParquetSinkOptions::default()
+        });
     match args.mode {
         Mode::Copy => {
             rows.filter("keep", copy_transform::keep_row)

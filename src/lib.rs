@@ -41,5 +41,5 @@ pub mod prelude {
         Result, TaskContext,
     };
     #[cfg(feature = "parquet")]
-    pub use tidewater_parquet::ParquetSink;
+    pub use tidewater_parquet::{ParquetSink, ParquetSinkOptions};
 }

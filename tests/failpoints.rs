@@ -12,7 +12,11 @@ const KEYS: u64 = 50_000;
 
 fn crash_at(point: &str, mode: &'static str) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let job = Backfill::new(dir.path(), mode, ROWS, KEYS);
+    // Small files, so that checkpoint 2 commits files of both subtasks.
+    let job = Backfill {
+        target_file_size: Some("1MiB"),
+        ..Backfill::new(dir.path(), mode, ROWS, KEYS)
+    };
     // Checkpoint 2 is periodic in copy mode; in aggregate mode it may be the
     // final one. Both must recover.
     let crashed = job

@@ -32,6 +32,17 @@ pub fn parse_interval(text: &str) -> Result<Interval, String> {
     Ok(Interval(Some(interval)))
 }
 
+/// Parses a size such as `128MiB`, `64 MB` or `1048576` into bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let size: bytesize::ByteSize = text
+        .parse()
+        .map_err(|e| format!("'{text}' is not a size like 128MiB, 64MB or 1048576: {e}"))?;
+    if size.as_u64() == 0 {
+        return Err("the size must be above zero".into());
+    }
+    Ok(size.as_u64())
+}
+
 /// The flags every runner has: when to checkpoint, how wide, where state and
 /// reports go.
 #[derive(Debug, clap::Args)]

@@ -72,6 +72,8 @@ pub struct Backfill {
     pub interval: &'static str,
     pub state: PathBuf,
     pub out: PathBuf,
+    /// `--target-file-size`, when not the default.
+    pub target_file_size: Option<&'static str>,
 }
 
 impl Backfill {
@@ -84,6 +86,7 @@ impl Backfill {
             interval: "100ms",
             state: dir.join("state"),
             out: dir.join("out"),
+            target_file_size: None,
         }
     }
 
@@ -104,6 +107,10 @@ impl Backfill {
             .arg(&self.state)
             .arg("--out")
             .arg(&self.out)
+            .args(
+                self.target_file_size
+                    .map(|size| format!("--target-file-size={size}")),
+            )
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());

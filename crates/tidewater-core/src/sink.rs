@@ -33,8 +33,31 @@ pub trait Sink: Send + Sync + 'static {
     /// A short name for the sink's kind, recorded in checkpoints.
     fn kind(&self) -> &str;
 
+    /// The version of the state [`SinkWriter::snapshot`] writes, or `None`
+    /// (the default) for a sink whose writers carry nothing across a
+    /// checkpoint. A sink with state keeps its parallelism across restores.
+    fn state_version(&self) -> Option<u32> {
+        None
+    }
+
     /// Opens the writer of one subtask.
     async fn open_writer(&self, ctx: &TaskContext) -> Result<Box<dyn SinkWriter>>;
+
+    /// Opens the writer of one subtask so that it continues from `state`, what
+    /// [`SinkWriter::snapshot`] returned at the checkpoint being restored
+    /// (after that checkpoint's handles were committed).
+    async fn resume_writer(
+        &self,
+        ctx: &TaskContext,
+        state: RecordBatch,
+    ) -> Result<Box<dyn SinkWriter>> {
+        let _ = state;
+        Err(Error::Internal(format!(
+            "sink '{}' (kind {}) received writer state but does not implement resume_writer",
+            ctx.uid,
+            self.kind()
+        )))
+    }
 
     /// Publishes what a writer pre-committed. Idempotent: committing an
     /// already committed handle changes nothing.
@@ -72,4 +95,19 @@ pub trait SinkWriter: Send {
     /// visible, and returns the payload of its [`CommitHandle`], or `None`
     /// when nothing was written.
     async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Option<serde_json::Value>>;
+
+    /// The input ended: the next [`pre_commit`](SinkWriter::pre_commit) is
+    /// the last, so it must include everything the writer still carries.
+    async fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// What the writer carries across the checkpoint it just pre-committed
+    /// (a file still being written, say), stored with the checkpoint and
+    /// handed to [`Sink::resume_writer`] on restore. Called right after
+    /// [`pre_commit`](SinkWriter::pre_commit), only for sinks whose
+    /// [`Sink::state_version`] is set.
+    async fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        Ok(None)
+    }
 }

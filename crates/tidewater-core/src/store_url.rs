@@ -5,26 +5,48 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
+use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 use url::Url;
 
 use crate::error::{Error, Result};
 
 /// An object store and the path prefix inside it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StoreLocation {
     /// The store.
     pub store: Arc<dyn ObjectStore>,
+    /// The same store's resumable multipart-upload API, where it has one
+    /// (S3, GCS, Azure, memory): an upload started by one process can be
+    /// continued and completed by another.
+    pub multipart: Option<Arc<dyn MultipartStore>>,
     /// Where inside the store everything lives.
     pub prefix: Path,
     /// What the user typed, for messages.
     pub display: String,
 }
 
-/// Opens `location`: a local folder (created when missing), `file://`, or
-/// `memory://` (a fresh in-process store, for tests).
+impl std::fmt::Debug for StoreLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreLocation")
+            .field("store", &self.store)
+            .field("multipart", &self.multipart.is_some())
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// Opens `location`: a local folder (created when missing), `file://`,
+/// `memory://` (a fresh in-process store, for tests), or, with the `cloud`
+/// feature, `s3://bucket/prefix`, `gs://bucket/prefix` and
+/// `az://container/prefix`.
 ///
-/// Other schemes (`s3://`, ...) come with the connectors that enable them.
+/// Cloud credentials and endpoints come from the environment, as the
+/// providers' own tools read them: `AWS_ACCESS_KEY_ID`,
+/// `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT` (an S3-compatible
+/// server), `AWS_ALLOW_HTTP=true` (a server without TLS);
+/// `GOOGLE_SERVICE_ACCOUNT`; `AZURE_STORAGE_ACCOUNT_NAME`,
+/// `AZURE_STORAGE_ACCOUNT_KEY`.
 ///
 /// # Examples
 ///
@@ -42,11 +64,15 @@ pub fn open_location(location: &str) -> Result<StoreLocation> {
     }
     let display = location.to_string();
     match Url::parse(location) {
-        Ok(url) if url.scheme() == "memory" => Ok(StoreLocation {
-            store: Arc::new(InMemory::new()),
-            prefix: Path::from(url.path().trim_matches('/')),
-            display,
-        }),
+        Ok(url) if url.scheme() == "memory" => {
+            let store = Arc::new(InMemory::new());
+            Ok(StoreLocation {
+                store: store.clone(),
+                multipart: Some(store),
+                prefix: Path::from(url.path().trim_matches('/')),
+                display,
+            })
+        }
         Ok(url) if url.scheme() == "file" => {
             let path = url.to_file_path().map_err(|()| {
                 Error::InvalidPipeline(format!("'{location}' is not a valid file:// URL"))
@@ -54,11 +80,7 @@ pub fn open_location(location: &str) -> Result<StoreLocation> {
             local_folder(&path, display)
         }
         // A single letter is a Windows drive, not a scheme.
-        Ok(url) if url.scheme().len() > 1 => Err(Error::InvalidPipeline(format!(
-            "storage URL scheme '{}' in '{location}' is not supported by this build: \
-             use a local folder, file://, or memory://",
-            url.scheme()
-        ))),
+        Ok(url) if url.scheme().len() > 1 => cloud::open(&url, display),
         _ => local_folder(std::path::Path::new(location), display),
     }
 }
@@ -78,7 +100,87 @@ fn local_folder(path: &std::path::Path, display: String) -> Result<StoreLocation
         .with_fsync(true);
     Ok(StoreLocation {
         store: Arc::new(store),
+        multipart: None,
         prefix: Path::default(),
         display,
     })
+}
+
+#[cfg(feature = "cloud")]
+mod cloud {
+    use std::sync::Arc;
+
+    use object_store::ObjectStoreScheme;
+    use object_store::aws::AmazonS3Builder;
+    use object_store::azure::MicrosoftAzureBuilder;
+    use object_store::gcp::GoogleCloudStorageBuilder;
+    use url::Url;
+
+    use super::{StoreLocation, unsupported};
+    use crate::error::{Error, Result};
+
+    /// Opens an `s3://`, `gs://` or `az://` URL with credentials from the environment.
+    pub(super) fn open(url: &Url, display: String) -> Result<StoreLocation> {
+        let (scheme, prefix) = ObjectStoreScheme::parse(url).map_err(|_| unsupported(url))?;
+        let built = match scheme {
+            ObjectStoreScheme::AmazonS3 => AmazonS3Builder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map(|s| {
+                    let s = Arc::new(s);
+                    (s.clone() as _, s as _)
+                }),
+            ObjectStoreScheme::GoogleCloudStorage => GoogleCloudStorageBuilder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map(|s| {
+                    let s = Arc::new(s);
+                    (s.clone() as _, s as _)
+                }),
+            ObjectStoreScheme::MicrosoftAzure => MicrosoftAzureBuilder::from_env()
+                .with_url(url.as_str())
+                .build()
+                .map(|s| {
+                    let s = Arc::new(s);
+                    (s.clone() as _, s as _)
+                }),
+            _ => return Err(unsupported(url)),
+        };
+        let (store, multipart) = built.map_err(|e| {
+            Error::InvalidPipeline(format!(
+                "cannot open '{display}': {e}; check the URL and the credentials in the environment \
+                 (docs/connectors/parquet.md lists the variables)"
+            ))
+        })?;
+        Ok(StoreLocation {
+            store,
+            multipart: Some(multipart),
+            prefix,
+            display,
+        })
+    }
+}
+
+#[cfg(not(feature = "cloud"))]
+mod cloud {
+    use url::Url;
+
+    use super::{StoreLocation, unsupported};
+    use crate::error::Result;
+
+    pub(super) fn open(url: &Url, _display: String) -> Result<StoreLocation> {
+        Err(unsupported(url))
+    }
+}
+
+fn unsupported(url: &Url) -> Error {
+    let cloud = if cfg!(feature = "cloud") {
+        ", s3://, gs://, az://"
+    } else {
+        " (s3://, gs:// and az:// need the `cloud` feature)"
+    };
+    Error::InvalidPipeline(format!(
+        "storage URL scheme '{}' in '{url}' is not supported: use a local folder, file://, memory://{cloud}",
+        url.scheme()
+    ))
 }

@@ -84,7 +84,7 @@ pub fn check_compatible(
                 ),
             ));
         }
-        let keeps_subtask_state = *role == Role::Operator && new.state_version.is_some();
+        let keeps_subtask_state = *role != Role::Source && new.state_version.is_some();
         if keeps_subtask_state && old.parallelism != new.parallelism {
             return Err(refuse(
                 &old.uid,

@@ -284,6 +284,7 @@ mod tests {
         let location = StoreLocation {
             store: Arc::new(InMemory::new()),
             prefix: Path::from("state"),
+            multipart: None,
             display: "memory://state".into(),
         };
         StateStore::new(&location, "job")

@@ -307,7 +307,11 @@ fn describe(
                 NodeBody::Source(source) => {
                     (format!("source:{}", source.kind()), Some(1), Role::Source)
                 }
-                NodeBody::Sink(sink) => (format!("sink:{}", sink.kind()), None, Role::Sink),
+                NodeBody::Sink(sink) => (
+                    format!("sink:{}", sink.kind()),
+                    sink.state_version(),
+                    Role::Sink,
+                ),
                 NodeBody::Operator(_) => {
                     let first = &operators[&id][0];
                     (
@@ -603,10 +607,11 @@ async fn wire(
                 NodeBody::Sink(_) => {
                     let uid = job.nodes[last].uid.clone();
                     let ctx = context(job, last, subtask, epoch);
-                    let writer = sinks[&uid]
-                        .open_writer(&ctx)
-                        .await
-                        .map_err(|e| e.in_operator(&uid, subtask))?;
+                    let writer = match restored.operator_state.get(&(uid.clone(), subtask)) {
+                        Some(state) => sinks[&uid].resume_writer(&ctx, state.clone()).await,
+                        None => sinks[&uid].open_writer(&ctx).await,
+                    }
+                    .map_err(|e| e.in_operator(&uid, subtask))?;
                     Tail::Sink {
                         uid: uid.as_str().into(),
                         writer,

@@ -98,16 +98,26 @@ impl TaskCore {
         self.emit(out).await
     }
 
-    async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Vec<CommitHandle>> {
+    /// Pre-commits the sink writer (if this chain ends in one); returns its
+    /// commit handles and the state it carries across the checkpoint.
+    async fn pre_commit(
+        &mut self,
+        checkpoint: CheckpointId,
+    ) -> Result<(Vec<CommitHandle>, Option<(Arc<str>, RecordBatch)>)> {
         let Tail::Sink { uid, writer } = &mut self.tail else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), None));
         };
         let subtask = self.chain.subtask;
         let payload = writer
             .pre_commit(checkpoint)
             .await
             .map_err(|e| e.in_operator(uid, subtask))?;
-        Ok(payload
+        let state = writer
+            .snapshot()
+            .await
+            .map_err(|e| e.in_operator(uid, subtask))?
+            .map(|state| (uid.clone(), state));
+        let handles = payload
             .map(|payload| CommitHandle {
                 uid: uid.to_string(),
                 subtask,
@@ -115,7 +125,8 @@ impl TaskCore {
                 payload,
             })
             .into_iter()
-            .collect())
+            .collect();
+        Ok((handles, state))
     }
 
     /// Snapshots the chain (plus `extra` state, a source's cursors), passes the
@@ -128,7 +139,8 @@ impl TaskCore {
     ) -> Result<()> {
         let mut states = self.chain.snapshot()?;
         states.extend(extra);
-        let commits = self.pre_commit(checkpoint).await?;
+        let (commits, sink_state) = self.pre_commit(checkpoint).await?;
+        states.extend(sink_state);
         if let Tail::Channels(output) = &mut self.tail {
             output.broadcast(Message::Barrier(checkpoint)).await?;
         }
@@ -153,7 +165,14 @@ impl TaskCore {
     async fn finish(&mut self, checkpoint: CheckpointId, rows_read: u64) -> Result<()> {
         let out = self.chain.finish()?;
         self.emit(out).await?;
-        let commits = self.pre_commit(checkpoint).await?;
+        if let Tail::Sink { uid, writer } = &mut self.tail {
+            writer
+                .finish()
+                .await
+                .map_err(|e| e.in_operator(uid, self.chain.subtask))?;
+        }
+        // After finish a writer carries nothing: the final checkpoint has no state.
+        let (commits, _) = self.pre_commit(checkpoint).await?;
         if let Tail::Channels(output) = &mut self.tail {
             output.broadcast(Message::End(checkpoint)).await?;
         }

@@ -1,0 +1,240 @@
+//! The upload of one output file in parts that outlive the process writing
+//! them, and its completion (which makes the file visible).
+//!
+//! On stores with a resumable multipart API (S3, GCS, Azure, memory) the
+//! parts go to a multipart upload whose id and part ids are checkpointed; the
+//! file appears when the upload completes. On a local folder the parts are
+//! staged objects under `_staging/`, concatenated into the file at commit.
+
+use std::sync::Arc;
+
+use futures::TryStreamExt;
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use serde::{Deserialize, Serialize};
+use tidewater_core::{Error, Result};
+use tracing::debug;
+
+/// The smallest part S3 accepts, other than the last.
+pub(crate) const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
+
+/// Where the uploaded parts of a file are, as checkpointed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub(crate) enum Parts {
+    /// A multipart upload to the file's final path.
+    Multipart {
+        /// The upload's id.
+        upload: String,
+        /// The id of each part, in order.
+        parts: Vec<String>,
+    },
+    /// Staged objects, relative to the sink's root, in order.
+    Staged {
+        /// The staged parts.
+        parts: Vec<String>,
+    },
+}
+
+impl Parts {
+    /// How many parts were uploaded.
+    pub fn len(&self) -> usize {
+        match self {
+            Parts::Multipart { parts, .. } | Parts::Staged { parts } => parts.len(),
+        }
+    }
+}
+
+/// The store a sink writes into, and how it uploads.
+#[derive(Clone)]
+pub(crate) struct Uploader {
+    pub store: Arc<dyn ObjectStore>,
+    pub multipart: Option<Arc<dyn MultipartStore>>,
+    pub root: Path,
+}
+
+pub(crate) fn external(what: String, error: impl std::fmt::Display) -> Error {
+    Error::External {
+        message: format!("{what}: {error}"),
+        retryable: true,
+    }
+}
+
+impl Uploader {
+    /// The path of `relative` under the sink's root.
+    pub fn path(&self, relative: &str) -> Path {
+        let mut path = self.root.clone();
+        for part in relative.split('/') {
+            path = path.join(part);
+        }
+        path
+    }
+
+    /// Starts the upload of `file` (relative name of the finished file);
+    /// staged parts are named after `staging` (relative, no extension).
+    pub async fn start(&self, file: &str) -> Result<Parts> {
+        match &self.multipart {
+            Some(multipart) => {
+                let path = self.path(file);
+                let upload = multipart
+                    .create_multipart(&path)
+                    .await
+                    .map_err(|e| external(format!("starting the upload of '{path}'"), e))?;
+                Ok(Parts::Multipart {
+                    upload,
+                    parts: Vec::new(),
+                })
+            }
+            None => Ok(Parts::Staged { parts: Vec::new() }),
+        }
+    }
+
+    /// Uploads the next part of `file`. `staging` names its staged parts.
+    pub async fn put_part(
+        &self,
+        file: &str,
+        staging: &str,
+        parts: &mut Parts,
+        bytes: Vec<u8>,
+    ) -> Result<()> {
+        let index = parts.len();
+        match parts {
+            Parts::Multipart { upload, parts } => {
+                let multipart = self.multipart.as_ref().ok_or_else(|| {
+                    Error::Internal("a multipart upload on a store without multipart".into())
+                })?;
+                let path = self.path(file);
+                let id = multipart
+                    .put_part(&path, upload, index, PutPayload::from(bytes))
+                    .await
+                    .map_err(|e| external(format!("uploading part {index} of '{path}'"), e))?;
+                parts.push(id.content_id);
+            }
+            Parts::Staged { parts } => {
+                let name = format!("{staging}.part-{index:05}");
+                let path = self.path(&name);
+                self.store
+                    .put(&path, PutPayload::from(bytes))
+                    .await
+                    .map_err(|e| external(format!("staging '{path}'"), e))?;
+                parts.push(name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes `file` visible with the content of its parts. Idempotent: a file
+    /// already completed stays as it is.
+    pub async fn complete(&self, file: &str, parts: &Parts) -> Result<()> {
+        let path = self.path(file);
+        match parts {
+            Parts::Multipart { upload, parts } => {
+                let multipart = self.multipart.as_ref().ok_or_else(|| {
+                    Error::Internal(format!(
+                        "'{path}' was uploaded in parts, but this store has no multipart API: \
+                         was the output URL changed between runs?"
+                    ))
+                })?;
+                let ids = parts
+                    .iter()
+                    .map(|id| PartId {
+                        content_id: id.clone(),
+                    })
+                    .collect();
+                match multipart.complete_multipart(&path, upload, ids).await {
+                    Ok(_) => debug!(file = %path, "committed"),
+                    // Completed before a crash: the upload is gone, the file is there.
+                    Err(e) => self.confirm_exists(&path, e).await?,
+                }
+            }
+            Parts::Staged { parts } => {
+                if self.store.head(&path).await.is_ok() {
+                    // Concatenated before a crash; only the leftovers may remain.
+                    return self.delete_all(parts).await;
+                }
+                let writer = self
+                    .store
+                    .put_multipart(&path)
+                    .await
+                    .map_err(|e| external(format!("creating '{path}'"), e))?;
+                let mut writer = WriteMultipart::new(writer);
+                for part in parts {
+                    let staged = self.path(part);
+                    let bytes = self
+                        .store
+                        .get(&staged)
+                        .await
+                        .map_err(|e| lost_part(&staged, &path, e))?
+                        .bytes()
+                        .await
+                        .map_err(|e| external(format!("reading '{staged}'"), e))?;
+                    writer.write(&bytes);
+                }
+                writer
+                    .finish()
+                    .await
+                    .map_err(|e| external(format!("writing '{path}'"), e))?;
+                debug!(file = %path, "committed");
+                self.delete_all(parts).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn confirm_exists(&self, path: &Path, error: object_store::Error) -> Result<()> {
+        match self.store.head(path).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Error::Corrupt(format!(
+                "cannot complete the upload of '{path}' ({error}) and the file does not exist: \
+                 was the upload aborted, for example by a bucket lifecycle rule shorter than \
+                 the job's downtime?"
+            ))),
+        }
+    }
+
+    /// Deletes staged parts (missing ones are fine).
+    pub async fn delete_all(&self, parts: &[String]) -> Result<()> {
+        for part in parts {
+            self.delete(&self.path(part)).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes one object; a missing object is fine.
+    pub async fn delete(&self, path: &Path) -> Result<()> {
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(external(format!("deleting '{path}'"), e)),
+        }
+    }
+
+    /// Every object under `relative`.
+    pub async fn list(&self, relative: &str) -> Result<Vec<Path>> {
+        let dir = self.path(relative);
+        let objects: Vec<_> = self
+            .store
+            .list(Some(&dir))
+            .try_collect()
+            .await
+            .map_err(|e| external(format!("listing '{dir}'"), e))?;
+        Ok(objects.into_iter().map(|o| o.location).collect())
+    }
+}
+
+fn lost_part(staged: &Path, file: &Path, error: object_store::Error) -> Error {
+    Error::Corrupt(format!(
+        "'{file}' cannot be committed: its staged part '{staged}' cannot be read ({error}); \
+         was the _staging folder cleaned by hand?"
+    ))
+}
+
+impl Parts {
+    /// The staged objects these parts occupy (none for a multipart upload).
+    pub fn staged(&self) -> &[String] {
+        match self {
+            Parts::Multipart { .. } => &[],
+            Parts::Staged { parts } => parts,
+        }
+    }
+}

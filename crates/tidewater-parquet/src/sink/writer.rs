@@ -1,0 +1,320 @@
+//! One subtask's writer: buffers rows into row groups, row groups into a
+//! file uploaded in parts, and files into commit handles.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+use parquet::errors::ParquetError;
+use tidewater_core::{CheckpointId, Error, Result, SinkWriter};
+use tracing::{debug, info};
+
+use super::encoder::FileEncoder;
+use super::state::{OpenMeta, WriterMeta, WriterState};
+use super::upload::{MIN_PART_BYTES, Parts, Uploader};
+use super::{FinishedFile, ParquetSinkOptions, Payload, STAGING};
+
+/// The file being written.
+struct OpenFile {
+    seq: u64,
+    parts: Parts,
+    encoder: FileEncoder,
+    /// Encoded bytes not yet uploaded.
+    tail: Vec<u8>,
+    opened_at_ms: u64,
+}
+
+pub(crate) struct ParquetSinkWriter {
+    uploader: Uploader,
+    options: ParquetSinkOptions,
+    uid: String,
+    subtask: usize,
+    next_seq: u64,
+    schema: Option<SchemaRef>,
+    /// Rows not yet encoded into a row group.
+    buffer: Vec<RecordBatch>,
+    buffered_rows: usize,
+    open: Option<OpenFile>,
+    /// Files finished since the last pre-commit.
+    finished: Vec<FinishedFile>,
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+impl ParquetSinkWriter {
+    pub fn new(
+        uploader: Uploader,
+        options: ParquetSinkOptions,
+        uid: String,
+        subtask: usize,
+    ) -> Self {
+        ParquetSinkWriter {
+            uploader,
+            options,
+            uid,
+            subtask,
+            next_seq: 0,
+            schema: None,
+            buffer: Vec::new(),
+            buffered_rows: 0,
+            open: None,
+            finished: Vec::new(),
+        }
+    }
+
+    /// The name a file of this writer takes when committed.
+    fn file_name(&self, seq: u64) -> String {
+        format!("part-{}-{:04}-{seq:06}.parquet", self.uid, self.subtask)
+    }
+
+    /// The stem of a file's staged parts.
+    fn staging_name(&self, seq: u64) -> String {
+        format!("{STAGING}/{}/{:04}-{seq:06}", self.uid, self.subtask)
+    }
+
+    fn parquet_error(&self, what: &str, e: ParquetError) -> Error {
+        Error::External {
+            message: format!("parquet sink '{}': {what}: {e}", self.uid),
+            retryable: false,
+        }
+    }
+
+    /// Continues from a checkpoint's state.
+    pub fn restore(&mut self, state: WriterState) -> Result<()> {
+        self.next_seq = state.meta.next_seq;
+        self.schema = state.schema;
+        self.buffered_rows = state.rows.iter().map(RecordBatch::num_rows).sum();
+        self.buffer = state.rows;
+        if let Some(open) = state.meta.open {
+            let schema = self.schema.clone().ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "parquet sink '{}': the checkpoint has an open file but no schema",
+                    self.uid
+                ))
+            })?;
+            let encoder = FileEncoder::resume(
+                schema,
+                self.options.writer_properties(),
+                &state.row_groups,
+                open.emitted,
+            )
+            .map_err(|e| self.parquet_error("resuming the open file", e))?;
+            debug!(file = %self.file_name(open.seq), parts = open.parts.len(), "resuming file");
+            self.open = Some(OpenFile {
+                seq: open.seq,
+                parts: open.parts,
+                encoder,
+                tail: state.tail,
+                opened_at_ms: open.opened_at_ms,
+            });
+        }
+        Ok(())
+    }
+
+    /// Deletes this subtask's staged parts that the state does not list: the
+    /// leftovers of a run that crashed after its last completed checkpoint.
+    pub async fn discard_unreferenced_parts(&mut self) -> Result<()> {
+        let keep: Vec<_> = self
+            .open
+            .iter()
+            .flat_map(|f| f.parts.staged())
+            .map(|p| self.uploader.path(p))
+            .collect();
+        let mine = format!("{:04}-", self.subtask);
+        for object in self
+            .uploader
+            .list(&format!("{STAGING}/{}", self.uid))
+            .await?
+        {
+            let name = object.filename().unwrap_or_default();
+            if name.starts_with(&mine) && !keep.contains(&object) {
+                debug!(file = %object, "deleting an unreferenced staged part");
+                self.uploader.delete(&object).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_schema(&mut self, batch: &RecordBatch) -> Result<()> {
+        match &self.schema {
+            None => {
+                self.schema = Some(batch.schema());
+                Ok(())
+            }
+            Some(schema) if schema.fields() == batch.schema().fields() => Ok(()),
+            Some(schema) => Err(Error::BadInput(format!(
+                "parquet sink '{}': a batch with columns {:?} arrived after batches with {:?}; \
+                 every batch of one sink must have the same columns and types",
+                self.uid,
+                batch.schema().fields(),
+                schema.fields()
+            ))),
+        }
+    }
+
+    async fn open_file(&mut self) -> Result<OpenFile> {
+        let schema = self.schema.clone().expect("a batch set the schema");
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let parts = self.uploader.start(&self.file_name(seq)).await?;
+        let encoder = FileEncoder::new(schema, self.options.writer_properties())
+            .map_err(|e| self.parquet_error("starting a file", e))?;
+        Ok(OpenFile {
+            seq,
+            parts,
+            encoder,
+            tail: Vec::new(),
+            opened_at_ms: now_ms(),
+        })
+    }
+
+    /// Encodes the buffered rows as a row group of the open file, uploads
+    /// full parts, and finishes the file once it reaches the target size.
+    async fn flush_row_group(&mut self) -> Result<()> {
+        if self.buffered_rows == 0 {
+            return Ok(());
+        }
+        let mut file = match self.open.take() {
+            Some(file) => file,
+            None => self.open_file().await?,
+        };
+        let rows = std::mem::take(&mut self.buffer);
+        self.buffered_rows = 0;
+        if let Err(e) = file.encoder.write_row_group(&rows) {
+            return Err(self.parquet_error("encoding a row group", e));
+        }
+        file.tail.extend(file.encoder.take_bytes());
+        if file.tail.len() >= self.options.part_bytes {
+            self.upload_tail(&mut file).await?;
+        }
+        if file.encoder.bytes_so_far() >= self.options.target_file_bytes {
+            self.finish_file(file).await
+        } else {
+            self.open = Some(file);
+            Ok(())
+        }
+    }
+
+    /// Uploads the file's tail as its next part.
+    async fn upload_tail(&mut self, file: &mut OpenFile) -> Result<()> {
+        let bytes = std::mem::take(&mut file.tail);
+        self.put_part(file.seq, &mut file.parts, bytes).await
+    }
+
+    // Takes `&mut self`, not `&self`: the writer holds an encoder that is
+    // `Send` but not `Sync`, and a shared borrow would make the future `!Send`.
+    async fn put_part(&mut self, seq: u64, parts: &mut Parts, bytes: Vec<u8>) -> Result<()> {
+        let name = self.file_name(seq);
+        let staging = self.staging_name(seq);
+        self.uploader.put_part(&name, &staging, parts, bytes).await
+    }
+
+    async fn finish_file(&mut self, file: OpenFile) -> Result<()> {
+        let OpenFile {
+            seq,
+            mut parts,
+            encoder,
+            mut tail,
+            ..
+        } = file;
+        let rows = encoder.rows();
+        let footer = encoder
+            .finish()
+            .map_err(|e| self.parquet_error("finishing a file", e))?;
+        tail.extend(footer);
+        self.put_part(seq, &mut parts, tail).await?;
+        let name = self.file_name(seq);
+        info!(file = %name, rows, parts = parts.len(), "file finished; visible after the next checkpoint");
+        self.finished.push(FinishedFile { file: name, parts });
+        Ok(())
+    }
+
+    fn too_old(&self, file: &OpenFile) -> bool {
+        self.options.max_file_age.is_some_and(|age| {
+            Duration::from_millis(now_ms().saturating_sub(file.opened_at_ms)) >= age
+        })
+    }
+}
+
+#[async_trait]
+impl SinkWriter for ParquetSinkWriter {
+    async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.check_schema(&batch)?;
+        self.buffered_rows += batch.num_rows();
+        self.buffer.push(batch);
+        if self.buffered_rows >= self.options.max_row_group_rows {
+            self.flush_row_group().await?;
+        }
+        Ok(())
+    }
+
+    async fn pre_commit(&mut self, _checkpoint: CheckpointId) -> Result<Option<serde_json::Value>> {
+        if self.open.as_ref().is_some_and(|f| self.too_old(f)) {
+            self.flush_row_group().await?;
+            if let Some(file) = self.open.take() {
+                self.finish_file(file).await?;
+            }
+        }
+        if self.finished.is_empty() {
+            return Ok(None);
+        }
+        let payload = Payload {
+            files: std::mem::take(&mut self.finished),
+        };
+        let payload = serde_json::to_value(payload)
+            .map_err(|e| Error::Internal(format!("commit handle does not serialise: {e}")))?;
+        Ok(Some(payload))
+    }
+
+    async fn finish(&mut self) -> Result<()> {
+        self.flush_row_group().await?;
+        if let Some(file) = self.open.take() {
+            self.finish_file(file).await?;
+        }
+        Ok(())
+    }
+
+    async fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        let mut open = self.open.take();
+        if let Some(file) = &mut open {
+            // Upload what an object store accepts as a part; keep the rest in
+            // the checkpoint. Staged parts have no minimum.
+            let staged = matches!(file.parts, Parts::Staged { .. });
+            if !file.tail.is_empty() && (staged || file.tail.len() >= MIN_PART_BYTES) {
+                self.upload_tail(file).await?;
+            }
+        }
+        let state = WriterState {
+            meta: WriterMeta {
+                next_seq: self.next_seq,
+                open: open.as_ref().map(|f| OpenMeta {
+                    seq: f.seq,
+                    parts: f.parts.clone(),
+                    emitted: f.encoder.emitted(),
+                    opened_at_ms: f.opened_at_ms,
+                }),
+            },
+            row_groups: match &open {
+                Some(f) => f
+                    .encoder
+                    .row_group_metadata()
+                    .map_err(|e| self.parquet_error("describing the open file", e))?,
+                None => Vec::new(),
+            },
+            tail: open.as_ref().map(|f| f.tail.clone()).unwrap_or_default(),
+            schema: self.schema.clone(),
+            rows: self.buffer.clone(),
+        };
+        self.open = open;
+        Ok(Some(state.encode()?))
+    }
+}
