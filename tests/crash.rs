@@ -5,9 +5,11 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{Backfill, Rng, assert_aggregate_output, assert_copy_output, text};
+use common::{
+    Backfill, Rng, assert_aggregate_output, assert_copy_output, kill_randomly_until_complete, text,
+};
 
 /// Kills per mode: the issue asks for at least 20 over the test, both modes.
 const KILLS_PER_MODE: usize = 12;
@@ -20,41 +22,20 @@ fn crash_until_complete(mode: &'static str, rows: u64, keys: u64) {
         rounds += 1;
         let dir = tempfile::tempdir().expect("temp dir");
         let job = Backfill::new(dir.path(), mode, rows, keys);
-        let mut restarts = 0;
-        loop {
-            let mut child = job.spawn();
-            let started = Instant::now();
-            // Kill anywhere from start-up and restore to the final commit.
-            let delay = Duration::from_millis(rng.below(700));
-            let killed = loop {
-                if child.try_wait().expect("poll child").is_some() {
-                    break false;
-                }
-                if started.elapsed() >= delay {
-                    child.kill().expect("SIGKILL");
-                    break true;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            };
-            let output = child.wait_with_output().expect("wait for child");
-            if killed && kills < KILLS_PER_MODE {
-                kills += 1;
-                restarts += 1;
-                continue;
-            }
-            if !killed {
-                assert!(output.status.success(), "run failed:\n{}", text(&output));
-                break;
-            }
-            // Enough kills: let this run (or the next one) complete.
-            let output = job.run();
-            assert!(
-                output.status.success(),
-                "final run failed:\n{}",
-                text(&output)
-            );
-            break;
-        }
+        // Kill anywhere from start-up and restore to the final commit.
+        let (output, restarts) = kill_randomly_until_complete(
+            || job.command(),
+            KILLS_PER_MODE - kills,
+            Duration::from_millis(700),
+            &mut rng,
+            || {},
+        );
+        kills += restarts;
+        assert!(
+            output.status.success(),
+            "final run failed:\n{}",
+            text(&output)
+        );
         eprintln!("{mode}: round {rounds} completed after {restarts} kills");
         match mode {
             "copy" => assert_copy_output(&job.out, rows, keys),

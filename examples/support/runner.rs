@@ -56,6 +56,9 @@ pub struct RunArgs {
     /// Where checkpoints go: a folder or URL.
     #[arg(long, default_value = "./tidewater-state")]
     pub state: String,
+    /// Completed checkpoints to keep (at least 1).
+    #[arg(long, default_value_t = 3)]
+    pub retain: usize,
     /// Write a JSON summary of the run here when it ends.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,
@@ -69,7 +72,8 @@ impl RunArgs {
     pub fn config(&self) -> anyhow::Result<JobConfig> {
         Ok(JobConfig::new(&self.state)
             .with_context(|| format!("opening --state {}", self.state))?
-            .checkpoint_interval(self.checkpoint_interval.0))
+            .checkpoint_interval(self.checkpoint_interval.0)
+            .retain(self.retain))
     }
 
     /// Where the run reports; `out` names the output in messages.

@@ -292,6 +292,46 @@ pub fn assert_aggregate_output(out: &Path, rows: u64, keys: u64) {
     }
 }
 
+/// Runs `command()` and SIGKILLs it at a random instant below `max_delay`,
+/// up to `budget` times, calling `after_kill` after each kill; once the budget
+/// is spent, lets a run complete. Returns that run's output (or that of a run
+/// that completed before its kill) and the kills made.
+pub fn kill_randomly_until_complete(
+    command: impl Fn() -> Command,
+    budget: usize,
+    max_delay: Duration,
+    rng: &mut Rng,
+    mut after_kill: impl FnMut(),
+) -> (Output, usize) {
+    let mut kills = 0;
+    while kills < budget {
+        let mut child = command()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawning the job");
+        let started = Instant::now();
+        let delay = Duration::from_millis(rng.below(max_delay.as_millis() as u64));
+        let killed = loop {
+            if child.try_wait().expect("poll child").is_some() {
+                break false;
+            }
+            if started.elapsed() >= delay {
+                child.kill().expect("SIGKILL");
+                break true;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let output = child.wait_with_output().expect("wait for child");
+        if !killed {
+            return (output, kills);
+        }
+        kills += 1;
+        after_kill();
+    }
+    (command().output().expect("running the job"), kills)
+}
+
 /// A small deterministic random stream (splitmix64 over a counter).
 pub struct Rng(u64);
 

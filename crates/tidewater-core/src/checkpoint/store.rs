@@ -120,13 +120,8 @@ impl StateStore {
         let path = self.manifest_path(manifest.checkpoint);
         let json = serde_json::to_vec_pretty(manifest)
             .map_err(|e| Error::Internal(format!("manifest does not serialise: {e}")))?;
-        let options = PutOptions::from(PutMode::Create);
-        match self
-            .store
-            .put_opts(&path, PutPayload::from(json), options)
-            .await
-        {
-            Ok(_) => Ok(()),
+        match self.put_if_absent(&path, PutPayload::from(json)).await {
+            Ok(()) => Ok(()),
             Err(object_store::Error::AlreadyExists { .. }) => Err(Error::Fenced {
                 job: self.job.clone(),
                 mine: manifest.epoch,
@@ -236,16 +231,44 @@ impl StateStore {
                 .clone()
                 .join(EPOCHS)
                 .join(format!("{:020}", next.0));
-            let options = PutOptions::from(PutMode::Create);
-            match self
-                .store
-                .put_opts(&path, PutPayload::default(), options)
-                .await
-            {
-                Ok(_) => return Ok(next),
+            match self.put_if_absent(&path, PutPayload::default()).await {
+                Ok(()) => return Ok(next),
                 Err(object_store::Error::AlreadyExists { .. }) => continue,
                 Err(e) => return Err(Error::storage("claim epoch", &path, e)),
             }
+        }
+    }
+
+    /// Writes `path` only if it does not exist: the store's conditional put
+    /// (`If-None-Match: *` on S3). A store without one (`NotImplemented`,
+    /// e.g. S3 with `AWS_CONDITIONAL_PUT=disabled`) gets a check, then a
+    /// put: safe while one worker runs the job at a time, which the epoch
+    /// check before every manifest enforces except within that short window.
+    async fn put_if_absent(&self, path: &Path, payload: PutPayload) -> object_store::Result<()> {
+        let options = PutOptions::from(PutMode::Create);
+        match self.store.put_opts(path, payload.clone(), options).await {
+            Ok(_) => Ok(()),
+            Err(object_store::Error::NotImplemented { .. }) => {
+                static WARNED: std::sync::Once = std::sync::Once::new();
+                WARNED.call_once(|| {
+                    tracing::warn!(
+                        "the checkpoint store has no conditional writes: falling back to \
+                         check-then-put, which relies on one worker running the job at a time \
+                         (see docs/connectors/parquet.md)"
+                    );
+                });
+                match self.store.head(path).await {
+                    Ok(_) => Err(object_store::Error::AlreadyExists {
+                        path: path.to_string(),
+                        source: "exists (checked without a conditional write)".into(),
+                    }),
+                    Err(object_store::Error::NotFound { .. }) => {
+                        self.store.put(path, payload).await.map(|_| ())
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
         }
     }
 

@@ -1,0 +1,342 @@
+//! Parquet and checkpoints on object storage, killed at random instants: the
+//! backfill with state and output on a real S3-protocol server, a
+//! Parquet-to-Parquet copy of many files killed mid-file (on S3 and on a
+//! local folder), and retention that never deletes what the newest
+//! checkpoint needs.
+//!
+//! The S3 tests run when `TIDEWATER_S3_BUCKET` (and the usual `AWS_*`
+//! variables) are set, as `scripts/test.sh` does after `scripts/s3.sh up`;
+//! with `TIDEWATER_REQUIRE_S3` set they fail instead of skipping.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Float64Type, Int64Type};
+use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
+use tidewater::open_location;
+
+use common::{
+    Backfill, Rng, assert_copy_output, example_binary, kill_randomly_until_complete, read_output,
+    text,
+};
+
+/// A fresh prefix in the test bucket, or `None` when no S3 server is configured.
+fn s3_prefix(test: &str) -> Option<String> {
+    match std::env::var("TIDEWATER_S3_BUCKET") {
+        Ok(bucket) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos();
+            Some(format!("s3://{bucket}/{test}-{nanos}"))
+        }
+        Err(_) if std::env::var_os("TIDEWATER_REQUIRE_S3").is_some() => {
+            panic!(
+                "TIDEWATER_REQUIRE_S3 is set but TIDEWATER_S3_BUCKET is not: run scripts/s3.sh up"
+            )
+        }
+        Err(_) => {
+            eprintln!("skipped: no S3 server (run scripts/s3.sh up and export its env)");
+            None
+        }
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// Copies the `*.parquet` objects directly under `url` into `to`, with their sizes.
+fn download(url: &str, to: &Path) -> Vec<(String, u64)> {
+    std::fs::create_dir_all(to).expect("download folder");
+    let location = open_location(url).expect("open location");
+    runtime().block_on(async {
+        let depth = location.prefix.parts().count();
+        let objects: Vec<_> = location
+            .store
+            .list(Some(&location.prefix))
+            .try_collect()
+            .await
+            .expect("list");
+        let mut files = Vec::new();
+        for object in objects {
+            let parts: Vec<_> = object.location.parts().skip(depth).collect();
+            let [name] = parts.as_slice() else { continue };
+            let name = name.as_ref().to_string();
+            if !name.ends_with(".parquet") {
+                continue;
+            }
+            let bytes = location
+                .store
+                .get(&object.location)
+                .await
+                .expect("get")
+                .bytes()
+                .await
+                .expect("bytes");
+            std::fs::write(to.join(&name), &bytes).expect("write");
+            files.push((name, object.size));
+        }
+        files
+    })
+}
+
+/// Asserts that the newest complete checkpoint under `state` (job `job`) has
+/// every object its manifest lists: what a restore would need.
+fn assert_newest_checkpoint_whole(state: &str, job: &str) {
+    let location = open_location(state).expect("open state");
+    runtime().block_on(async {
+        let root = location.prefix.clone().join(job);
+        let objects: Vec<String> = location
+            .store
+            .list(Some(&root))
+            .map_ok(|o| o.location.to_string())
+            .try_collect()
+            .await
+            .expect("list state");
+        let Some(manifest) = objects
+            .iter()
+            .filter(|o| o.ends_with("/_MANIFEST.json"))
+            .max()
+        else {
+            return; // killed before the first checkpoint
+        };
+        let bytes = location
+            .store
+            .get(&manifest.as_str().into())
+            .await
+            .expect("get manifest")
+            .bytes()
+            .await
+            .expect("manifest bytes");
+        let record: serde_json::Value = serde_json::from_slice(&bytes).expect("manifest JSON");
+        let folder = manifest.trim_end_matches("/_MANIFEST.json");
+        for blob in record["blobs"].as_array().expect("blobs") {
+            let path = format!("{folder}/{}", blob["path"].as_str().expect("blob path"));
+            assert!(
+                objects.contains(&path),
+                "the newest checkpoint lists '{path}', which retention deleted"
+            );
+        }
+    });
+}
+
+/// Every row of a copy's output, sorted: (id, k, v, s, w).
+fn rows(batches: &[RecordBatch]) -> Vec<(i64, i64, u64, String, u64)> {
+    let mut rows = Vec::new();
+    for batch in batches {
+        let id = batch
+            .column_by_name("id")
+            .expect("id")
+            .as_primitive::<Int64Type>();
+        let k = batch
+            .column_by_name("k")
+            .expect("k")
+            .as_primitive::<Int64Type>();
+        let v = batch
+            .column_by_name("v")
+            .expect("v")
+            .as_primitive::<Float64Type>();
+        let w = batch
+            .column_by_name("w")
+            .expect("w")
+            .as_primitive::<Float64Type>();
+        let s = batch.column_by_name("s").expect("s").as_string::<i32>();
+        for i in 0..batch.num_rows() {
+            rows.push((
+                id.value(i),
+                k.value(i),
+                v.value(i).to_bits(),
+                s.value(i).to_string(),
+                w.value(i).to_bits(),
+            ));
+        }
+    }
+    rows.sort_unstable();
+    rows
+}
+
+/// Asserts no tiny files: per writer, every file but its last is at least
+/// half the target size.
+fn assert_no_tiny_files(files: &[(String, u64)], target: u64) {
+    let mut by_writer: std::collections::BTreeMap<String, Vec<(String, u64)>> = Default::default();
+    for (name, size) in files {
+        // part-{uid}-{subtask}-{seq}.parquet
+        let writer = name.rsplitn(2, '-').nth(1).expect("file name").to_string();
+        by_writer
+            .entry(writer)
+            .or_default()
+            .push((name.clone(), *size));
+    }
+    for (writer, mut files) in by_writer {
+        files.sort();
+        for (name, size) in &files[..files.len() - 1] {
+            assert!(
+                *size >= target / 2,
+                "{writer}: '{name}' is {size} bytes, under half the {target}-byte target"
+            );
+        }
+    }
+}
+
+#[test]
+fn backfill_with_state_and_output_on_s3_survives_random_kills() {
+    let Some(base) = s3_prefix("backfill") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (rows, keys) = (3_000_000, 50_000);
+    let state = format!("{base}/state");
+    let job = Backfill {
+        state: state.clone().into(),
+        out: format!("{base}/out").into(),
+        target_file_size: Some("16MiB"),
+        ..Backfill::new(dir.path(), "copy", rows, keys)
+    };
+    let mut rng = Rng::from_time();
+    let command = || {
+        let mut command = job.command();
+        command.arg("--retain=1");
+        command
+    };
+    let (output, kills) =
+        kill_randomly_until_complete(command, 6, Duration::from_millis(1500), &mut rng, || {
+            assert_newest_checkpoint_whole(&state, "backfill")
+        });
+    assert!(
+        output.status.success(),
+        "final run failed:\n{}",
+        text(&output)
+    );
+    eprintln!("completed after {kills} kills");
+    let local = dir.path().join("downloaded");
+    download(&format!("{base}/out"), &local);
+    assert_copy_output(&local, rows, keys);
+}
+
+/// Makes a multi-file Parquet input (2M rows) with the backfill example.
+fn make_input(out: &str, state: &str) {
+    let output = Command::new(example_binary("backfill"))
+        .args([
+            "--rows",
+            "3000000",
+            "--keys",
+            "50000",
+            "--target-file-size",
+            "2MiB",
+        ])
+        .args(["--out", out, "--state", state])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run backfill");
+    assert!(
+        output.status.success(),
+        "making the input failed:\n{}",
+        text(&output)
+    );
+}
+
+/// Copies a multi-file input with kills in the middle of files; the output
+/// has exactly the input's rows, in files of the target size.
+fn copy_survives_kills(base: &str, local: &Path, max_delay: Duration, parallelism: &str) {
+    let input = format!("{base}/in");
+    make_input(&input, &format!("{base}/in-state"));
+    let target: u64 = 4 << 20;
+    let output = format!("{base}/copy");
+    let state = format!("{base}/copy-state");
+    let command = || {
+        let mut command = Command::new(example_binary("parquet_copy"));
+        command
+            .args(["--input", &input, "--output", &output, "--state", &state])
+            .args([
+                "--checkpoint-interval",
+                "100ms",
+                "--parallelism",
+                parallelism,
+            ])
+            .args(["--target-file-size", "4MiB", "--retain", "1"])
+            .env("RUST_LOG", "info");
+        command
+    };
+    let mut rng = Rng::from_time();
+    let (run, kills) = kill_randomly_until_complete(command, 6, max_delay, &mut rng, || {
+        assert_newest_checkpoint_whole(&state, "parquet-copy")
+    });
+    assert!(run.status.success(), "final copy failed:\n{}", text(&run));
+    eprintln!("copy completed after {kills} kills");
+    assert!(
+        kills >= 3,
+        "only {kills} kills landed before the copy completed"
+    );
+
+    let (in_dir, out_dir) = (local.join("in"), local.join("out"));
+    download(&input, &in_dir);
+    let files = download(&output, &out_dir);
+    let (want, got) = (rows(&read_output(&in_dir)), rows(&read_output(&out_dir)));
+    assert_eq!(
+        want.len(),
+        2_000_000,
+        "the input has the rows the backfill wrote"
+    );
+    assert_eq!(got.len(), want.len(), "row count differs from the input");
+    assert!(got == want, "the copy's rows differ from the input's");
+    assert!(
+        files.len() >= 4,
+        "expected several output files, got {files:?}"
+    );
+    assert_no_tiny_files(&files, target);
+}
+
+#[test]
+fn parquet_copy_on_s3_survives_kills_mid_file() {
+    let Some(base) = s3_prefix("copy") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    copy_survives_kills(&base, dir.path(), Duration::from_millis(1200), "2");
+}
+
+#[test]
+fn parquet_copy_on_a_local_folder_survives_kills_mid_file() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let base = dir.path().join("lake");
+    let base = format!("file://{}", base.display());
+    std::fs::create_dir_all(dir.path().join("lake")).expect("lake folder");
+    // One writer: a local copy is fast, and a longer run gives the kills room.
+    copy_survives_kills(
+        &base,
+        &dir.path().join("check"),
+        Duration::from_millis(1000),
+        "1",
+    );
+    // Nothing staged is left once the job completed.
+    let staged = dir.path().join("lake/copy/_staging");
+    let leftovers: Vec<_> = walk(&staged);
+    assert!(
+        leftovers.is_empty(),
+        "staged parts left behind: {leftovers:?}"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                found.extend(walk(&path));
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
