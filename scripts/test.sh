@@ -3,9 +3,10 @@
 #
 #   bash scripts/test.sh
 #
-# Needs the Rust toolchain (cargo, rustfmt, clippy) and a C compiler; installs
-# PostgreSQL from Debian's packages when missing, and starts a throwaway
-# primary and streaming replica on loopback for the connector tests.
+# Needs the Rust toolchain (cargo, rustfmt, clippy), a C compiler and Python 3
+# with pip; installs PostgreSQL from Debian's packages and moto (an S3 server)
+# from PyPI when missing, and starts a throwaway primary, streaming replica
+# and S3 server on loopback for the connector tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,13 +18,16 @@ cargo fmt --all -- --check
 step "lint"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
-step "test servers: PostgreSQL primary + streaming replica"
+step "test servers: PostgreSQL primary + streaming replica, S3"
+trap 'bash scripts/pg.sh down; bash scripts/s3.sh down' EXIT
 bash scripts/pg.sh up
-trap 'bash scripts/pg.sh down' EXIT
 eval "$(bash scripts/pg.sh env)"
 export TIDEWATER_REQUIRE_PG=1
+bash scripts/s3.sh up
+eval "$(bash scripts/s3.sh env)"
+export TIDEWATER_REQUIRE_S3=1
 
-step "tests (unit, doc, end-to-end crash tests, PostgreSQL)"
+step "tests (unit, doc, end-to-end crash tests, PostgreSQL, S3)"
 cargo test --workspace --all-features
 
 step "examples that check themselves"

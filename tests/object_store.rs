@@ -340,3 +340,74 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+fn manifest(checkpoint: u64, epoch: u64) -> tidewater::checkpoint::Manifest {
+    use tidewater::checkpoint::{CheckpointKind, Manifest, manifest::MANIFEST_FORMAT};
+    Manifest {
+        format: MANIFEST_FORMAT,
+        job: "fence".into(),
+        checkpoint: tidewater::CheckpointId(checkpoint),
+        kind: CheckpointKind::Periodic,
+        epoch: tidewater::Epoch(epoch),
+        created_at_ms: 0,
+        fingerprint: String::new(),
+        operators: vec![],
+        blobs: vec![],
+        commits: vec![],
+        rows_read: 0,
+    }
+}
+
+#[test]
+fn on_s3_a_manifest_is_create_only_and_a_zombie_is_fenced() {
+    use tidewater::Error;
+    use tidewater::checkpoint::StateStore;
+    let Some(base) = s3_prefix("fence") else {
+        return;
+    };
+    runtime().block_on(async {
+        let location = open_location(&base).expect("open");
+        let old = StateStore::new(&location, "fence");
+        let epoch = old.claim_epoch().await.expect("claim");
+        old.write_manifest(&manifest(1, epoch.0))
+            .await
+            .expect("first manifest");
+        // The conditional put refuses a second manifest for the same checkpoint.
+        let again = old.write_manifest(&manifest(1, epoch.0)).await.unwrap_err();
+        assert!(matches!(again, Error::Fenced { .. }), "{again}");
+
+        // A new worker takes the job; the old one is a zombie from now on.
+        let new = StateStore::new(&location, "fence");
+        let newer = new.claim_epoch().await.expect("claim");
+        assert!(newer > epoch);
+        let zombie = old.check_epoch(epoch).await.unwrap_err();
+        assert!(matches!(zombie, Error::Fenced { .. }), "{zombie}");
+    });
+}
+
+#[test]
+fn on_s3_without_conditional_writes_a_job_still_completes_and_says_why() {
+    let Some(base) = s3_prefix("no-conditional") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("temp dir");
+    let job = Backfill {
+        state: format!("{base}/state").into(),
+        out: format!("{base}/out").into(),
+        ..Backfill::new(dir.path(), "aggregate", 200_000, 1_000)
+    };
+    let output = job
+        .command()
+        .env("AWS_CONDITIONAL_PUT", "disabled")
+        .output()
+        .expect("run");
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("no conditional writes"),
+        "the fallback was not reported:\n{}",
+        text(&output)
+    );
+    let local = dir.path().join("downloaded");
+    download(&format!("{base}/out"), &local);
+    common::assert_aggregate_output(&local, 200_000, 1_000);
+}

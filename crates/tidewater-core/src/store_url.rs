@@ -20,6 +20,10 @@ pub struct StoreLocation {
     /// (S3, GCS, Azure, memory): an upload started by one process can be
     /// continued and completed by another.
     pub multipart: Option<Arc<dyn MultipartStore>>,
+    /// The folder, when the store is a local one: the local store hides the
+    /// temporary files a killed write leaves (`name#N`), so cleaning them up
+    /// needs the file system itself.
+    pub local_folder: Option<std::path::PathBuf>,
     /// Where inside the store everything lives.
     pub prefix: Path,
     /// What the user typed, for messages.
@@ -69,6 +73,7 @@ pub fn open_location(location: &str) -> Result<StoreLocation> {
             Ok(StoreLocation {
                 store: store.clone(),
                 multipart: Some(store),
+                local_folder: None,
                 prefix: Path::from(url.path().trim_matches('/')),
                 display,
             })
@@ -101,6 +106,7 @@ fn local_folder(path: &std::path::Path, display: String) -> Result<StoreLocation
     Ok(StoreLocation {
         store: Arc::new(store),
         multipart: None,
+        local_folder: Some(path.to_path_buf()),
         prefix: Path::default(),
         display,
     })
@@ -155,6 +161,7 @@ mod cloud {
         Ok(StoreLocation {
             store,
             multipart: Some(multipart),
+            local_folder: None,
             prefix,
             display,
         })

@@ -308,6 +308,7 @@ mod tests {
             store: Arc::new(InMemory::new()),
             prefix: Path::from("state"),
             multipart: None,
+            local_folder: None,
             display: "memory://state".into(),
         };
         StateStore::new(&location, "job")

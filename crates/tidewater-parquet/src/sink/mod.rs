@@ -120,6 +120,12 @@ impl ParquetSink {
     pub fn new(location: StoreLocation) -> Self {
         ParquetSink {
             uploader: Uploader {
+                local_root: location.local_folder.map(|folder| {
+                    location
+                        .prefix
+                        .parts()
+                        .fold(folder, |dir, part| dir.join(part.as_ref()))
+                }),
                 store: location.store,
                 multipart: location.multipart,
                 root: location.prefix,

@@ -52,6 +52,8 @@ pub(crate) struct Uploader {
     pub store: Arc<dyn ObjectStore>,
     pub multipart: Option<Arc<dyn MultipartStore>>,
     pub root: Path,
+    /// The sink's root on the local file system, for a local store.
+    pub local_root: Option<std::path::PathBuf>,
 }
 
 pub(crate) fn external(what: String, error: impl std::fmt::Display) -> Error {
@@ -207,6 +209,38 @@ impl Uploader {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(external(format!("deleting '{path}'"), e)),
         }
+    }
+
+    /// Deletes the temporary files (`{name}#{n}`) that a killed write left in
+    /// the local folder `relative`, for names starting with `prefix`. The
+    /// local store does not list them; other stores have none.
+    pub fn delete_local_temporaries(&self, relative: &str, prefix: &str) -> Result<()> {
+        let Some(root) = &self.local_root else {
+            return Ok(());
+        };
+        let dir = relative
+            .split('/')
+            .fold(root.clone(), |dir, part| dir.join(part));
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Ok(()); // no such folder: nothing was ever staged
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if name.starts_with(prefix) && name.contains('#') {
+                debug!(file = %entry.path().display(), "deleting a killed write's temporary file");
+                match std::fs::remove_file(entry.path()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(external(
+                            format!("deleting '{}'", entry.path().display()),
+                            e,
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every object under `relative`.

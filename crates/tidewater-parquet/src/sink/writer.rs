@@ -118,20 +118,21 @@ impl ParquetSinkWriter {
     }
 
     /// Deletes this subtask's staged parts that the state does not list: the
-    /// leftovers of a run that crashed after its last completed checkpoint.
+    /// leftovers of a run that crashed after its last completed checkpoint
+    /// (and, on a local folder, its killed writes' temporary files).
     pub async fn discard_unreferenced_parts(&mut self) -> Result<()> {
+        let staging = format!("{STAGING}/{}", self.uid);
+        let mine = format!("{:04}-", self.subtask);
+        self.uploader.delete_local_temporaries(&staging, &mine)?;
+        let files = format!("part-{}-{:04}-", self.uid, self.subtask);
+        self.uploader.delete_local_temporaries("", &files)?;
         let keep: Vec<_> = self
             .open
             .iter()
             .flat_map(|f| f.parts.staged())
             .map(|p| self.uploader.path(p))
             .collect();
-        let mine = format!("{:04}-", self.subtask);
-        for object in self
-            .uploader
-            .list(&format!("{STAGING}/{}", self.uid))
-            .await?
-        {
+        for object in self.uploader.list(&staging).await? {
             let name = object.filename().unwrap_or_default();
             if name.starts_with(&mine) && !keep.contains(&object) {
                 debug!(file = %object, "deleting an unreferenced staged part");
