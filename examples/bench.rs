@@ -11,6 +11,12 @@
 //! of them alike; figures are medians. Then each interval is killed (SIGKILL)
 //! at `--crashes` random instants and restarted. Results: a table on the
 //! terminal, `results.csv`, and `interval.svg` / `interval.png` in `--out-dir`.
+//!
+//! `bench duckdb` runs Parquet → GROUP BY → Parquet on tidewater (with
+//! checkpoints) and on DuckDB, side by side: see `support/duckdb_bench.rs`.
+
+#[path = "support/duckdb_bench.rs"]
+mod duckdb_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -31,6 +37,8 @@ struct Cli {
 enum Bench {
     /// Overhead and rework per checkpoint interval.
     Interval(IntervalArgs),
+    /// Parquet → GROUP BY → Parquet, tidewater (checkpointing) beside DuckDB.
+    Duckdb(duckdb_bench::DuckdbArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -660,5 +668,6 @@ fn plot(args: &IntervalArgs, rows: &[Row]) -> anyhow::Result<()> {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Bench::Interval(args) => interval_bench(args),
+        Bench::Duckdb(args) => duckdb_bench::duckdb_bench(args),
     }
 }

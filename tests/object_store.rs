@@ -170,7 +170,8 @@ fn assert_no_tiny_files(files: &[(String, u64)], target: u64) {
     let mut by_writer: std::collections::BTreeMap<String, Vec<(String, u64)>> = Default::default();
     for (name, size) in files {
         // part-{uid}-{subtask}-{seq}.parquet
-        let writer = name.rsplitn(2, '-').nth(1).expect("file name").to_string();
+        let (writer, _seq) = name.rsplit_once('-').expect("file name");
+        let writer = writer.to_string();
         by_writer
             .entry(writer)
             .or_default()
