@@ -412,3 +412,47 @@ fn on_s3_without_conditional_writes_a_job_still_completes_and_says_why() {
     download(&format!("{base}/out"), &local);
     common::assert_aggregate_output(&local, 200_000, 1_000);
 }
+
+#[test]
+fn an_unreadable_input_file_is_named_or_goes_to_dead_letters() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let input = dir.path().join("in");
+    make_input(
+        &input.to_string_lossy(),
+        &dir.path().join("in-state").to_string_lossy(),
+    );
+    let want = rows(&read_output(&input));
+    std::fs::write(input.join("broken.parquet"), b"PAR1 this is not parquet").expect("write");
+    let copy = |name: &str, extra: &[&str]| {
+        Command::new(example_binary("parquet_copy"))
+            .arg("--input")
+            .arg(&input)
+            .arg("--output")
+            .arg(dir.path().join(name))
+            .arg("--state")
+            .arg(dir.path().join(format!("{name}-state")))
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run parquet_copy")
+    };
+
+    let failed = copy("strict", &[]);
+    assert!(!failed.status.success(), "a broken input was accepted");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert!(
+        stderr.contains("'broken.parquet' is not a readable Parquet file"),
+        "the error does not name the file:\n{}",
+        text(&failed)
+    );
+
+    let letters = dir.path().join("dead-letters");
+    let skipped = copy("lenient", &["--dead-letters", &letters.to_string_lossy()]);
+    assert!(skipped.status.success(), "{}", text(&skipped));
+    let record = std::fs::read_to_string(letters.join("broken.parquet.json"))
+        .expect("a dead letter for the broken file");
+    assert!(record.contains("broken.parquet"), "{record}");
+    let got = rows(&read_output(&dir.path().join("lenient")));
+    assert_eq!(got.len(), 2_000_000);
+    assert!(got == want, "the readable files were not copied exactly");
+}

@@ -35,6 +35,9 @@ pub(crate) struct ParquetSinkWriter {
     /// Rows not yet encoded into a row group.
     buffer: Vec<RecordBatch>,
     buffered_rows: usize,
+    /// When the first row waiting for a file arrived (the age limit counts
+    /// from there, not from the file's first row group).
+    pending_since_ms: Option<u64>,
     open: Option<OpenFile>,
     /// Files finished since the last pre-commit.
     finished: Vec<FinishedFile>,
@@ -63,6 +66,7 @@ impl ParquetSinkWriter {
             schema: None,
             buffer: Vec::new(),
             buffered_rows: 0,
+            pending_since_ms: None,
             open: None,
             finished: Vec::new(),
         }
@@ -90,6 +94,7 @@ impl ParquetSinkWriter {
         self.next_seq = state.meta.next_seq;
         self.schema = state.schema;
         self.buffered_rows = state.rows.iter().map(RecordBatch::num_rows).sum();
+        self.pending_since_ms = (self.buffered_rows > 0).then(now_ms);
         self.buffer = state.rows;
         if let Some(open) = state.meta.open {
             let schema = self.schema.clone().ok_or_else(|| {
@@ -171,7 +176,7 @@ impl ParquetSinkWriter {
             parts,
             encoder,
             tail: Vec::new(),
-            opened_at_ms: now_ms(),
+            opened_at_ms: self.pending_since_ms.take().unwrap_or_else(now_ms),
         })
     }
 
@@ -236,10 +241,18 @@ impl ParquetSinkWriter {
         Ok(())
     }
 
-    fn too_old(&self, file: &OpenFile) -> bool {
-        self.options.max_file_age.is_some_and(|age| {
-            Duration::from_millis(now_ms().saturating_sub(file.opened_at_ms)) >= age
-        })
+    /// Whether the open file (or the rows waiting for one) passed the age limit.
+    fn too_old(&self) -> bool {
+        let since = match &self.open {
+            Some(file) => Some(file.opened_at_ms),
+            None => self.pending_since_ms.filter(|_| self.buffered_rows > 0),
+        };
+        match (since, self.options.max_file_age) {
+            (Some(since), Some(age)) => {
+                Duration::from_millis(now_ms().saturating_sub(since)) >= age
+            }
+            _ => false,
+        }
     }
 }
 
@@ -250,6 +263,9 @@ impl SinkWriter for ParquetSinkWriter {
             return Ok(());
         }
         self.check_schema(&batch)?;
+        if self.open.is_none() && self.buffered_rows == 0 {
+            self.pending_since_ms = Some(now_ms());
+        }
         self.buffered_rows += batch.num_rows();
         self.buffer.push(batch);
         if self.buffered_rows >= self.options.max_row_group_rows {
@@ -259,7 +275,7 @@ impl SinkWriter for ParquetSinkWriter {
     }
 
     async fn pre_commit(&mut self, _checkpoint: CheckpointId) -> Result<Option<serde_json::Value>> {
-        if self.open.as_ref().is_some_and(|f| self.too_old(f)) {
+        if self.too_old() {
             self.flush_row_group().await?;
             if let Some(file) = self.open.take() {
                 self.finish_file(file).await?;
@@ -317,5 +333,127 @@ impl SinkWriter for ParquetSinkWriter {
         };
         self.open = open;
         Ok(Some(state.encode()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+    use super::*;
+
+    fn batch(from: i64, rows: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let ids: Int64Array = (from..from + rows).collect();
+        RecordBatch::try_new(schema, vec![Arc::new(ids)]).unwrap()
+    }
+
+    fn writer(store: &Arc<InMemory>, options: ParquetSinkOptions) -> ParquetSinkWriter {
+        let uploader = Uploader {
+            store: store.clone(),
+            multipart: Some(store.clone()),
+            root: "out".into(),
+            local_root: None,
+        };
+        ParquetSinkWriter::new(uploader, options, "sink".into(), 0)
+    }
+
+    async fn commit(store: &Arc<InMemory>, payload: serde_json::Value) -> Vec<String> {
+        let payload: Payload = serde_json::from_value(payload).unwrap();
+        let w = writer(store, ParquetSinkOptions::default());
+        let mut names = Vec::new();
+        for file in payload.files {
+            w.uploader.complete(&file.file, &file.parts).await.unwrap();
+            // Twice: a commit repeated on restore changes nothing.
+            w.uploader.complete(&file.file, &file.parts).await.unwrap();
+            names.push(file.file);
+        }
+        names
+    }
+
+    async fn read_ids(store: &Arc<InMemory>, name: &str) -> Vec<i64> {
+        let bytes = store
+            .get(&format!("out/{name}").as_str().into())
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .unwrap()
+            .build()
+            .unwrap();
+        reader
+            .flat_map(|b| {
+                b.unwrap()
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                    .to_vec()
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_file_carried_across_checkpoints_and_a_crash_comes_out_whole() {
+        let store = Arc::new(InMemory::new());
+        let options = ParquetSinkOptions {
+            max_row_group_rows: 1000,
+            ..ParquetSinkOptions::default()
+        };
+        let mut first = writer(&store, options.clone());
+        first.write(batch(0, 2500)).await.unwrap();
+        // Far below the target size: nothing to commit, the file is carried.
+        assert_eq!(first.pre_commit(CheckpointId(1)).await.unwrap(), None);
+        let state = first.snapshot().await.unwrap().unwrap();
+        first.write(batch(2500, 700)).await.unwrap(); // lost with the crash
+        drop(first);
+
+        let mut second = writer(&store, options);
+        second
+            .restore(WriterState::decode(&state).unwrap())
+            .unwrap();
+        second.write(batch(2500, 1500)).await.unwrap();
+        second.finish().await.unwrap();
+        let payload = second.pre_commit(CheckpointId(2)).await.unwrap().unwrap();
+        let names = commit(&store, payload).await;
+        assert_eq!(names, vec!["part-sink-0000-000000.parquet".to_string()]);
+        assert_eq!(
+            read_ids(&store, &names[0]).await,
+            (0..4000).collect::<Vec<_>>()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_file_older_than_the_age_limit_is_finished_at_the_checkpoint() {
+        let store = Arc::new(InMemory::new());
+        let mut w = writer(
+            &store,
+            ParquetSinkOptions {
+                max_row_group_rows: 100,
+                max_file_age: Some(Duration::ZERO),
+                ..ParquetSinkOptions::default()
+            },
+        );
+        w.write(batch(0, 150)).await.unwrap();
+        let payload = w.pre_commit(CheckpointId(1)).await.unwrap().unwrap();
+        let names = commit(&store, payload).await;
+        assert_eq!(
+            read_ids(&store, &names[0]).await,
+            (0..150).collect::<Vec<_>>()
+        );
+        // The next file takes the next number.
+        w.write(batch(150, 10)).await.unwrap();
+        let payload = w.pre_commit(CheckpointId(2)).await.unwrap().unwrap();
+        assert_eq!(
+            commit(&store, payload).await,
+            vec!["part-sink-0000-000001.parquet".to_string()]
+        );
     }
 }
