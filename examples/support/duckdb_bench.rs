@@ -57,6 +57,7 @@ import duckdb
 src, out, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
 con = duckdb.connect()
 con.execute(f"SET threads = {threads}")
+con.execute("SET enable_progress_bar = false")
 started = time.perf_counter()
 con.execute(f"COPY (SELECT k, count(*) AS count, sum(v) AS sum_v, max(id) AS max_id "
             f"FROM '{src}' GROUP BY k) TO '{out}' (FORMAT parquet)")
@@ -196,7 +197,10 @@ fn run_duckdb(args: &DuckdbArgs, scratch: &Path) -> anyhow::Result<(f64, f64)> {
             String::from_utf8_lossy(&output.stderr)
         );
     }
-    let reported: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let reported: serde_json::Value = serde_json::from_str(last)
+        .with_context(|| format!("DuckDB's script printed {stdout:?}"))?;
     let query = reported["seconds"]
         .as_f64()
         .context("DuckDB reported no time")?;

@@ -93,7 +93,17 @@ impl ParquetSourceBuilder {
 
     /// Lists the files and reads their footers.
     pub async fn build(self) -> Result<ParquetSource> {
-        let location = open_location(&self.location)?;
+        // A location naming one file reads that file: its folder, filtered.
+        let (folder, single) = match self.location.trim_end_matches('/').rsplit_once('/') {
+            Some((folder, name)) if name.ends_with(".parquet") => {
+                (folder.to_string(), Some(name.to_string()))
+            }
+            None if self.location.ends_with(".parquet") => {
+                (".".to_string(), Some(self.location.clone()))
+            }
+            _ => (self.location.clone(), None),
+        };
+        let location = open_location(&folder)?;
         let dead_letters = match &self.on_corrupt {
             OnCorruptFile::Fail => None,
             OnCorruptFile::DeadLetter(at) => Some(open_location(at)?),
@@ -124,7 +134,11 @@ impl ParquetSourceBuilder {
         let mut schema: Option<(SchemaRef, String)> = None;
         for object in objects {
             let relative = relative_name(&location.prefix, &object.location);
-            if !selected(&relative, matcher.as_ref()) {
+            let wanted = match &single {
+                Some(name) => &relative == name,
+                None => selected(&relative, matcher.as_ref()),
+            };
+            if !wanted {
                 continue;
             }
             let mut reader =
@@ -246,7 +260,8 @@ struct FilePlan {
 }
 
 impl ParquetSource {
-    /// Starts building a source over the files under `location` (a folder or URL).
+    /// Starts building a source over the files under `location` (a folder or
+    /// URL), or over one file when `location` names a `*.parquet` file.
     pub fn builder(location: impl Into<String>) -> ParquetSourceBuilder {
         ParquetSourceBuilder {
             location: location.into(),

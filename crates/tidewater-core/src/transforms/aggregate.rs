@@ -114,7 +114,12 @@ impl AggregateSpec {
 struct Numeric<T: ArrowPrimitiveType> {
     function: AggregateFunction,
     values: Vec<T::Native>,
+    /// Whether a group got a non-null value (else its output is null).
     seen: Vec<bool>,
+    /// Groups not seen yet.
+    unseen: usize,
+    /// Groups from this index on were added by the last resize.
+    fresh_from: usize,
 }
 
 impl<T: ArrowPrimitiveType> Numeric<T> {
@@ -123,6 +128,8 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
             function,
             values: Vec::new(),
             seen: Vec::new(),
+            unseen: 0,
+            fresh_from: 0,
         }
     }
 
@@ -138,15 +145,31 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
 
     fn resize(&mut self, groups: usize) {
         let identity = self.identity();
+        self.fresh_from = self.values.len();
         self.values.resize(groups, identity);
         self.seen.resize(groups, false);
+        self.unseen += groups - self.fresh_from;
     }
 
     fn update(&mut self, groups: &[u32], input: &PrimitiveArray<T>, output: &str) -> Result<()> {
         let nulls = input.nulls().filter(|n| n.null_count() > 0);
+        // Without nulls, every row's group gets a value. When only the groups
+        // this batch added are unseen, they are exactly the ones it sees: mark
+        // them in bulk and keep the per-row loops free of `seen` writes.
+        if nulls.is_none() && self.unseen == self.values.len() - self.fresh_from {
+            self.update_all_valid(groups, input.values(), output)?;
+            self.seen[self.fresh_from..].fill(true);
+            self.unseen = 0;
+            return Ok(());
+        }
         let rows = groups.iter().zip(input.values().iter()).enumerate();
         let valid = |i: usize| nulls.is_none_or(|n| n.is_valid(i));
         let (values, seen) = (&mut self.values, &mut self.seen);
+        let mut newly_seen = 0;
+        let mut see = |g: usize| {
+            newly_seen += usize::from(!seen[g]);
+            seen[g] = true;
+        };
         match self.function {
             AggregateFunction::Sum => {
                 for (i, (group, value)) in rows {
@@ -158,7 +181,7 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
                                 T::DATA_TYPE
                             ))
                         })?;
-                        seen[g] = true;
+                        see(g);
                     }
                 }
             }
@@ -169,7 +192,7 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
                         if value.is_lt(values[g]) {
                             values[g] = *value;
                         }
-                        seen[g] = true;
+                        see(g);
                     }
                 }
             }
@@ -180,7 +203,50 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
                         if value.is_gt(values[g]) {
                             values[g] = *value;
                         }
-                        seen[g] = true;
+                        see(g);
+                    }
+                }
+            }
+            AggregateFunction::Count => unreachable!("count has its own accumulator"),
+        }
+        self.unseen -= newly_seen;
+        Ok(())
+    }
+
+    /// The per-row loops for an input without nulls.
+    fn update_all_valid(
+        &mut self,
+        groups: &[u32],
+        input: &[T::Native],
+        output: &str,
+    ) -> Result<()> {
+        let values = &mut self.values;
+        let rows = groups.iter().zip(input);
+        match self.function {
+            AggregateFunction::Sum => {
+                for (group, value) in rows {
+                    let g = *group as usize;
+                    values[g] = values[g].add_checked(*value).map_err(|_| {
+                        Error::BadInput(format!(
+                            "sum into '{output}' overflowed {}: aggregate a wider type",
+                            T::DATA_TYPE
+                        ))
+                    })?;
+                }
+            }
+            AggregateFunction::Min => {
+                for (group, value) in rows {
+                    let g = *group as usize;
+                    if value.is_lt(values[g]) {
+                        values[g] = *value;
+                    }
+                }
+            }
+            AggregateFunction::Max => {
+                for (group, value) in rows {
+                    let g = *group as usize;
+                    if value.is_gt(values[g]) {
+                        values[g] = *value;
                     }
                 }
             }
@@ -206,6 +272,8 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
         })?;
         let identity = self.identity();
         self.seen = (0..array.len()).map(|i| array.is_valid(i)).collect();
+        self.unseen = self.seen.iter().filter(|seen| !**seen).count();
+        self.fresh_from = array.len();
         self.values = array
             .values()
             .iter()
@@ -551,4 +619,90 @@ fn field_names(schema: &Schema) -> String {
         .map(|f| format!("{} {}", f.name(), f.data_type()))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::{Float64Array, Int64Array};
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    fn batch(keys: Vec<i64>, values: Vec<Option<f64>>) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("v", DataType::Float64, true),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(Float64Array::from(values)),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// (key, sum, max) per group, `None` where a group saw only nulls.
+    fn groups(op: &mut AggregateOperator) -> Vec<(i64, Option<f64>, Option<f64>)> {
+        let out = op.output().unwrap().unwrap();
+        let k = out.column(0).as_primitive::<Int64Type>();
+        let sum = out.column(1).as_primitive::<Float64Type>();
+        let max = out.column(2).as_primitive::<Float64Type>();
+        let mut rows: Vec<_> = (0..out.num_rows())
+            .map(|i| {
+                let get = |a: &PrimitiveArray<Float64Type>| a.is_valid(i).then(|| a.value(i));
+                (k.value(i), get(sum), get(max))
+            })
+            .collect();
+        rows.sort_by_key(|r| r.0);
+        rows
+    }
+
+    #[test]
+    fn groups_with_only_nulls_stay_null_across_batches_with_and_without_nulls() {
+        let spec = Arc::new(AggregateSpec::new().sum("v", "sum_v").max("v", "max_v"));
+        let mut op = AggregateOperator::new(vec!["k".into()], spec).unwrap();
+        let mut out = Collector::default();
+        // Key 2 sees only a null; keys 1 and 3 see values.
+        op.process(batch(vec![1, 2], vec![Some(1.0), None]), &mut out)
+            .unwrap();
+        // No nulls; key 3 is new, key 2 is not touched.
+        op.process(batch(vec![1, 3], vec![Some(2.0), Some(5.0)]), &mut out)
+            .unwrap();
+        assert_eq!(
+            groups(&mut op),
+            vec![
+                (1, Some(3.0), Some(2.0)),
+                (2, None, None),
+                (3, Some(5.0), Some(5.0))
+            ]
+        );
+        // Now key 2 gets a value, in a batch without nulls.
+        op.process(batch(vec![2, 4], vec![Some(-1.0), Some(0.5)]), &mut out)
+            .unwrap();
+        assert_eq!(groups(&mut op)[1], (2, Some(-1.0), Some(-1.0)));
+        // Restored state keeps the null group null.
+        let mut restored = AggregateOperator::new(
+            vec!["k".into()],
+            Arc::new(AggregateSpec::new().sum("v", "sum_v").max("v", "max_v")),
+        )
+        .unwrap();
+        let mut first = AggregateOperator::new(
+            vec!["k".into()],
+            Arc::new(AggregateSpec::new().sum("v", "sum_v").max("v", "max_v")),
+        )
+        .unwrap();
+        first.process(batch(vec![7], vec![None]), &mut out).unwrap();
+        restored
+            .restore(first.snapshot().unwrap().unwrap())
+            .unwrap();
+        restored
+            .process(batch(vec![8], vec![Some(1.0)]), &mut out)
+            .unwrap();
+        assert_eq!(
+            groups(&mut restored),
+            vec![(7, None, None), (8, Some(1.0), Some(1.0))]
+        );
+    }
 }

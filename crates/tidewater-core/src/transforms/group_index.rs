@@ -10,10 +10,23 @@ use hashbrown::HashMap;
 
 use crate::error::Result;
 
+/// The direct table's largest size (16 MiB of slots).
+const DENSE_MAX_SLOTS: usize = 1 << 22;
+/// The direct table grows only while it has at most this many slots per group.
+const DENSE_SPARSITY: usize = 8;
+/// Below this many slots, the table grows whatever the density.
+const DENSE_MIN_SLOTS: usize = 1 << 16;
+
 /// Group numbers for key values. A single non-dictionary Int64 key (the
 /// common case) avoids row encoding; any other key goes through Arrow's row format.
 pub(crate) enum GroupIndex {
     Int64 {
+        /// Small non-negative keys index this table directly (group + 1; 0 =
+        /// no group yet): no hashing, and a quarter of a hash table's memory
+        /// traffic. It grows while at least 1 slot in [`DENSE_SPARSITY`] is
+        /// used, up to [`DENSE_MAX_SLOTS`].
+        dense: Vec<u32>,
+        /// Every other key.
         map: HashMap<i64, u32, RandomState>,
         keys: Vec<i64>,
         null_group: Option<u32>,
@@ -29,6 +42,7 @@ impl GroupIndex {
     pub fn new(key_types: &[DataType]) -> Result<Self> {
         Ok(if key_types == [DataType::Int64] {
             GroupIndex::Int64 {
+                dense: Vec::new(),
                 map: HashMap::default(),
                 keys: Vec::new(),
                 null_group: None,
@@ -61,6 +75,7 @@ impl GroupIndex {
         let next = self.len() as u32;
         match self {
             GroupIndex::Int64 {
+                dense,
                 map,
                 keys,
                 null_group,
@@ -68,19 +83,37 @@ impl GroupIndex {
                 let column = key_columns[0].as_primitive::<Int64Type>();
                 groups.reserve(column.len());
                 let mut next = next;
-                for (i, key) in column.values().iter().enumerate() {
-                    let group = if column.is_null(i) {
-                        *null_group.get_or_insert_with(|| {
+                let has_nulls = column.null_count() > 0;
+                for (i, &key) in column.values().iter().enumerate() {
+                    if has_nulls && column.is_null(i) {
+                        let group = *null_group.get_or_insert_with(|| {
                             next += 1;
                             next - 1
-                        })
-                    } else {
-                        *map.entry(*key).or_insert_with(|| {
-                            keys.push(*key);
-                            next += 1;
-                            next - 1
-                        })
-                    };
+                        });
+                        groups.push(group);
+                        continue;
+                    }
+                    let slot = usize::try_from(key)
+                        .ok()
+                        .filter(|k| *k < dense.len() || grow_dense(dense, map, key, keys.len()));
+                    if let Some(slot) = slot {
+                        let group = match dense[slot] {
+                            0 => {
+                                keys.push(key);
+                                next += 1;
+                                dense[slot] = next;
+                                next - 1
+                            }
+                            plus_one => plus_one - 1,
+                        };
+                        groups.push(group);
+                        continue;
+                    }
+                    let group = *map.entry(key).or_insert_with(|| {
+                        keys.push(key);
+                        next += 1;
+                        next - 1
+                    });
                     groups.push(group);
                 }
             }
@@ -141,5 +174,81 @@ impl GroupIndex {
                 Ok(converter.convert_rows(rows)?)
             }
         }
+    }
+}
+
+/// Grows the direct table so that it covers `key`, when the key is
+/// non-negative and the table stays dense enough; moves the map's keys that
+/// the grown table covers into it. Returns whether `key` now has a slot.
+fn grow_dense(
+    dense: &mut Vec<u32>,
+    map: &mut HashMap<i64, u32, RandomState>,
+    key: i64,
+    groups: usize,
+) -> bool {
+    let Ok(key) = usize::try_from(key) else {
+        return false;
+    };
+    let wanted = (key + 1).next_power_of_two().max(1024);
+    let allowed =
+        (groups.saturating_add(1) * DENSE_SPARSITY).clamp(DENSE_MIN_SLOTS, DENSE_MAX_SLOTS);
+    if wanted > allowed {
+        return false;
+    }
+    dense.resize(wanted, 0);
+    map.retain(|k, group| match usize::try_from(*k) {
+        Ok(slot) if slot < wanted => {
+            dense[slot] = *group + 1;
+            false
+        }
+        _ => true,
+    });
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assign(index: &mut GroupIndex, keys: Vec<Option<i64>>) -> Vec<u32> {
+        let column: ArrayRef = Arc::new(Int64Array::from(keys));
+        let mut groups = Vec::new();
+        index.assign(&[column], &mut groups).unwrap();
+        groups
+    }
+
+    #[test]
+    fn direct_and_hashed_keys_share_one_numbering() {
+        let mut index = GroupIndex::new(&[DataType::Int64]).unwrap();
+        // Small keys, a huge one, a negative one, a null, and repeats.
+        let first = assign(
+            &mut index,
+            vec![
+                Some(3),
+                Some(1 << 40),
+                Some(-5),
+                None,
+                Some(3),
+                Some(70_000),
+            ],
+        );
+        assert_eq!(first, vec![0, 1, 2, 3, 0, 4]);
+        // A key that first went to the map (70_000, beyond the first table)
+        // keeps its group when the table grows over it.
+        let keys: Vec<Option<i64>> = (0..200_000).map(Some).collect();
+        let second = assign(&mut index, keys);
+        assert_eq!(second[3], 0);
+        assert_eq!(second[70_000], 4);
+        assert_eq!(second[0], 5);
+        assert_eq!(
+            assign(&mut index, vec![Some(1 << 40), Some(-5), None]),
+            vec![1, 2, 3]
+        );
+        let columns = index.key_columns().unwrap();
+        let keys = columns[0].as_primitive::<Int64Type>();
+        assert_eq!(keys.len(), index.len());
+        assert_eq!(keys.value(1), 1 << 40);
+        assert!(keys.is_null(3));
+        assert_eq!(keys.value(5), 0);
     }
 }
