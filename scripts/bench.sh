@@ -5,6 +5,7 @@
 #   bash scripts/bench.sh headline   # the interval study only
 #   bash scripts/bench.sh matrix     # throughput and memory across modes, keys, parallelism
 #   bash scripts/bench.sh micro      # criterion micro-benchmarks
+#   bash scripts/bench.sh duckdb     # Parquet GROUP BY beside DuckDB (installs duckdb from PyPI)
 #
 # Results go to bench-results/ (CSV, plots); docs/benchmarks.md quotes them.
 set -euo pipefail
@@ -44,4 +45,12 @@ fi
 
 if [[ $what == all || $what == micro ]]; then
   cargo bench --bench hot_paths -- --noplot | tee "$out/micro.txt"
+fi
+
+if [[ $what == all || $what == duckdb ]]; then
+  python3 -c "import duckdb" 2>/dev/null || python3 -m pip install --quiet duckdb
+  mkdir -p "$out/duckdb"
+  cargo run --release --quiet --example bench -- duckdb --rows "$rows" --keys 1000000 \
+    --parallelism 2 --duckdb-threads 2 --interval 1s --repeat 5 \
+    --out-dir "$out/duckdb" | tee "$out/duckdb.txt"
 fi

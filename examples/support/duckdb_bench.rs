@@ -43,9 +43,10 @@ pub struct DuckdbArgs {
     /// Runs of each engine; medians are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
-    /// The input file (made when missing: zstd, 1M-row row groups).
-    #[arg(long, default_value = "bench-results/duckdb/input.parquet")]
-    input: PathBuf,
+    /// The input file (made when missing: zstd, 1M-row row groups; default
+    /// `{out-dir}/input-{rows}-{keys}.parquet`).
+    #[arg(long)]
+    input: Option<PathBuf>,
     /// Where results go.
     #[arg(long, default_value = "bench-results/duckdb")]
     out_dir: PathBuf,
@@ -151,7 +152,8 @@ async fn run_tidewater(args: &DuckdbArgs, scratch: &Path) -> anyhow::Result<Tide
     let out = scratch.join("tidewater-out");
     let state = scratch.join("tidewater-state");
     let started = Instant::now();
-    let source = ParquetSource::builder(args.input.to_string_lossy())
+    let input = args.input.as_ref().context("no input")?;
+    let source = ParquetSource::builder(input.to_string_lossy())
         .columns(["id", "k", "v"])
         .build()
         .await?;
@@ -185,7 +187,7 @@ fn run_duckdb(args: &DuckdbArgs, scratch: &Path) -> anyhow::Result<(f64, f64)> {
     let started = Instant::now();
     let output = Command::new("python3")
         .args(["-c", DUCKDB])
-        .arg(&args.input)
+        .arg(args.input.as_ref().context("no input")?)
         .arg(&out)
         .arg(args.duckdb_threads.to_string())
         .output()
@@ -212,15 +214,20 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-pub fn duckdb_bench(args: DuckdbArgs) -> anyhow::Result<()> {
+pub fn duckdb_bench(mut args: DuckdbArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.out_dir)?;
-    if !args.input.exists() {
+    let input = args.input.take().unwrap_or_else(|| {
+        args.out_dir
+            .join(format!("input-{}-{}.parquet", args.rows, args.keys))
+    });
+    args.input = Some(input.clone());
+    if !input.exists() {
         eprintln!(
             "writing the input: {} rows to {}",
             args.rows,
-            args.input.display()
+            input.display()
         );
-        make_input(&args.input, args.rows, args.keys)?;
+        make_input(&input, args.rows, args.keys)?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -116,40 +116,44 @@ fn local_folder(path: &std::path::Path, display: String) -> Result<StoreLocation
 mod cloud {
     use std::sync::Arc;
 
-    use object_store::ObjectStoreScheme;
     use object_store::aws::AmazonS3Builder;
     use object_store::azure::MicrosoftAzureBuilder;
     use object_store::gcp::GoogleCloudStorageBuilder;
+    use object_store::multipart::MultipartStore;
+    use object_store::{ObjectStore, ObjectStoreScheme};
     use url::Url;
 
     use super::{StoreLocation, unsupported};
     use crate::error::{Error, Result};
 
+    type Both = (Arc<dyn ObjectStore>, Arc<dyn MultipartStore>);
+
+    /// A built store, as both of the interfaces tidewater uses.
+    fn both<S: ObjectStore + MultipartStore>(
+        built: object_store::Result<S>,
+    ) -> object_store::Result<Both> {
+        built.map(|store| {
+            let store = Arc::new(store);
+            (store.clone() as _, store as _)
+        })
+    }
+
     /// Opens an `s3://`, `gs://` or `az://` URL with credentials from the environment.
     pub(super) fn open(url: &Url, display: String) -> Result<StoreLocation> {
         let (scheme, prefix) = ObjectStoreScheme::parse(url).map_err(|_| unsupported(url))?;
+        let url_text = url.as_str();
         let built = match scheme {
-            ObjectStoreScheme::AmazonS3 => AmazonS3Builder::from_env()
-                .with_url(url.as_str())
-                .build()
-                .map(|s| {
-                    let s = Arc::new(s);
-                    (s.clone() as _, s as _)
-                }),
-            ObjectStoreScheme::GoogleCloudStorage => GoogleCloudStorageBuilder::from_env()
-                .with_url(url.as_str())
-                .build()
-                .map(|s| {
-                    let s = Arc::new(s);
-                    (s.clone() as _, s as _)
-                }),
-            ObjectStoreScheme::MicrosoftAzure => MicrosoftAzureBuilder::from_env()
-                .with_url(url.as_str())
-                .build()
-                .map(|s| {
-                    let s = Arc::new(s);
-                    (s.clone() as _, s as _)
-                }),
+            ObjectStoreScheme::AmazonS3 => {
+                both(AmazonS3Builder::from_env().with_url(url_text).build())
+            }
+            ObjectStoreScheme::GoogleCloudStorage => both(
+                GoogleCloudStorageBuilder::from_env()
+                    .with_url(url_text)
+                    .build(),
+            ),
+            ObjectStoreScheme::MicrosoftAzure => {
+                both(MicrosoftAzureBuilder::from_env().with_url(url_text).build())
+            }
             _ => return Err(unsupported(url)),
         };
         let (store, multipart) = built.map_err(|e| {

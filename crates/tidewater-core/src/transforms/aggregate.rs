@@ -157,101 +157,36 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
         // this batch added are unseen, they are exactly the ones it sees: mark
         // them in bulk and keep the per-row loops free of `seen` writes.
         if nulls.is_none() && self.unseen == self.values.len() - self.fresh_from {
-            self.update_all_valid(groups, input.values(), output)?;
+            fold::<T>(
+                self.function,
+                &mut self.values,
+                groups,
+                input.values(),
+                output,
+                |_, _| true,
+            )?;
             self.seen[self.fresh_from..].fill(true);
             self.unseen = 0;
             return Ok(());
         }
-        let rows = groups.iter().zip(input.values().iter()).enumerate();
-        let valid = |i: usize| nulls.is_none_or(|n| n.is_valid(i));
-        let (values, seen) = (&mut self.values, &mut self.seen);
+        let seen = &mut self.seen;
         let mut newly_seen = 0;
-        let mut see = |g: usize| {
-            newly_seen += usize::from(!seen[g]);
-            seen[g] = true;
-        };
-        match self.function {
-            AggregateFunction::Sum => {
-                for (i, (group, value)) in rows {
-                    if valid(i) {
-                        let g = *group as usize;
-                        values[g] = values[g].add_checked(*value).map_err(|_| {
-                            Error::BadInput(format!(
-                                "sum into '{output}' overflowed {}: aggregate a wider type",
-                                T::DATA_TYPE
-                            ))
-                        })?;
-                        see(g);
-                    }
+        fold::<T>(
+            self.function,
+            &mut self.values,
+            groups,
+            input.values(),
+            output,
+            |i, g| {
+                if nulls.is_some_and(|n| n.is_null(i)) {
+                    return false;
                 }
-            }
-            AggregateFunction::Min => {
-                for (i, (group, value)) in rows {
-                    if valid(i) {
-                        let g = *group as usize;
-                        if value.is_lt(values[g]) {
-                            values[g] = *value;
-                        }
-                        see(g);
-                    }
-                }
-            }
-            AggregateFunction::Max => {
-                for (i, (group, value)) in rows {
-                    if valid(i) {
-                        let g = *group as usize;
-                        if value.is_gt(values[g]) {
-                            values[g] = *value;
-                        }
-                        see(g);
-                    }
-                }
-            }
-            AggregateFunction::Count => unreachable!("count has its own accumulator"),
-        }
+                newly_seen += usize::from(!seen[g]);
+                seen[g] = true;
+                true
+            },
+        )?;
         self.unseen -= newly_seen;
-        Ok(())
-    }
-
-    /// The per-row loops for an input without nulls.
-    fn update_all_valid(
-        &mut self,
-        groups: &[u32],
-        input: &[T::Native],
-        output: &str,
-    ) -> Result<()> {
-        let values = &mut self.values;
-        let rows = groups.iter().zip(input);
-        match self.function {
-            AggregateFunction::Sum => {
-                for (group, value) in rows {
-                    let g = *group as usize;
-                    values[g] = values[g].add_checked(*value).map_err(|_| {
-                        Error::BadInput(format!(
-                            "sum into '{output}' overflowed {}: aggregate a wider type",
-                            T::DATA_TYPE
-                        ))
-                    })?;
-                }
-            }
-            AggregateFunction::Min => {
-                for (group, value) in rows {
-                    let g = *group as usize;
-                    if value.is_lt(values[g]) {
-                        values[g] = *value;
-                    }
-                }
-            }
-            AggregateFunction::Max => {
-                for (group, value) in rows {
-                    let g = *group as usize;
-                    if value.is_gt(values[g]) {
-                        values[g] = *value;
-                    }
-                }
-            }
-            AggregateFunction::Count => unreachable!("count has its own accumulator"),
-        }
         Ok(())
     }
 
@@ -282,6 +217,53 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
             .collect();
         Ok(())
     }
+}
+
+/// Folds `input` into the groups' `values` with `function`, for the rows
+/// that `take(row, group)` accepts (it also notes which groups it saw). The
+/// all-valid case passes `|_, _| true` and compiles to loops without checks.
+fn fold<T: ArrowPrimitiveType>(
+    function: AggregateFunction,
+    values: &mut [T::Native],
+    groups: &[u32],
+    input: &[T::Native],
+    output: &str,
+    mut take: impl FnMut(usize, usize) -> bool,
+) -> Result<()> {
+    let rows = groups.iter().zip(input).enumerate();
+    match function {
+        AggregateFunction::Sum => {
+            for (i, (group, value)) in rows {
+                let g = *group as usize;
+                if take(i, g) {
+                    values[g] = values[g].add_checked(*value).map_err(|_| {
+                        Error::BadInput(format!(
+                            "sum into '{output}' overflowed {}: aggregate a wider type",
+                            T::DATA_TYPE
+                        ))
+                    })?;
+                }
+            }
+        }
+        AggregateFunction::Min => {
+            for (i, (group, value)) in rows {
+                let g = *group as usize;
+                if take(i, g) && value.is_lt(values[g]) {
+                    values[g] = *value;
+                }
+            }
+        }
+        AggregateFunction::Max => {
+            for (i, (group, value)) in rows {
+                let g = *group as usize;
+                if take(i, g) && value.is_gt(values[g]) {
+                    values[g] = *value;
+                }
+            }
+        }
+        AggregateFunction::Count => unreachable!("count has its own accumulator"),
+    }
+    Ok(())
 }
 
 enum Accumulator {
