@@ -14,9 +14,12 @@
 //!
 //! `bench duckdb` runs Parquet → GROUP BY → Parquet on tidewater (with
 //! checkpoints) and on DuckDB, side by side: see `support/duckdb_bench.rs`.
+//! `bench pg` runs pg_backfill beside the alternatives: `support/pg_bench.rs`.
 
 #[path = "support/duckdb_bench.rs"]
 mod duckdb_bench;
+#[path = "support/pg_bench.rs"]
+mod pg_bench;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,6 +42,8 @@ enum Bench {
     Interval(IntervalArgs),
     /// Parquet → GROUP BY → Parquet, tidewater (checkpointing) beside DuckDB.
     Duckdb(duckdb_bench::DuckdbArgs),
+    /// pg_backfill in both sink modes beside a hand loop, raw COPY and a server-side upsert.
+    Pg(pg_bench::PgArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -669,5 +674,6 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Bench::Interval(args) => interval_bench(args),
         Bench::Duckdb(args) => duckdb_bench::duckdb_bench(args),
+        Bench::Pg(args) => pg_bench::pg_bench(args),
     }
 }

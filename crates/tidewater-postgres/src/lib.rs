@@ -9,6 +9,7 @@
 //!
 //! See `docs/connectors/postgres.md` for options, type mapping and guarantees.
 
+mod copy;
 mod decode;
 mod encode;
 mod errors;

@@ -12,12 +12,12 @@ use sqlx::{AssertSqlSafe, Connection};
 use tidewater_core::{CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext};
 use tracing::{debug, warn};
 
-use crate::encode;
 use crate::errors::{
     constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, user_error,
 };
 use crate::schema::{PgColumn, describe, primary_key, quote_ident, quote_table};
 use crate::source::redact;
+use crate::{copy, encode};
 
 /// How the sink writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +173,7 @@ impl Sink for PostgresSink {
             sink: self.clone(),
             ctx: ctx.clone(),
             insert: None,
+            copy: None,
             connection: None,
             in_transaction: false,
             bad_rows: 0,
@@ -255,6 +256,9 @@ struct PostgresWriter {
     ctx: TaskContext,
     /// The insert statement, built for the first batch's columns.
     insert: Option<String>,
+    /// In exactly-once mode, the binary COPY statement that loads a batch
+    /// faster than the insert, when every column's type allows it.
+    copy: Option<String>,
     connection: Option<PgConnection>,
     in_transaction: bool,
     bad_rows: u64,
@@ -482,6 +486,47 @@ impl PostgresWriter {
         }
     }
 
+    /// The COPY statement for `batch`'s columns, when binary COPY can load them.
+    fn build_copy(&self, batch: &RecordBatch) -> Option<String> {
+        let columns: Vec<&PgColumn> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| self.sink.columns.iter().find(|c| &c.name == f.name()))
+            .collect::<Option<_>>()?;
+        if !copy::all_copyable(batch, &columns) {
+            return None;
+        }
+        let names: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
+        Some(format!(
+            "COPY {} ({}) FROM STDIN (FORMAT binary)",
+            quote_table(&self.sink.table),
+            names.join(", ")
+        ))
+    }
+
+    /// Loads `batch` inside the open transaction: binary COPY where it can,
+    /// the insert otherwise. Both are plain inserts.
+    async fn load(&mut self, batch: &RecordBatch) -> std::result::Result<(), sqlx::Error> {
+        let Some(statement) = self.copy.clone() else {
+            return self.insert(batch).await;
+        };
+        let payload = copy::encode(batch);
+        let connection = match self.connection().await {
+            Ok(c) => c,
+            Err(_) => return Err(sqlx::Error::PoolClosed),
+        };
+        let mut copy_in = connection.copy_in_raw(&statement).await?;
+        if let Err(e) = copy_in.send(payload).await {
+            // The server already refused it; abort reads that refusal back.
+            return Err(match copy_in.abort("tidewater: send failed").await {
+                Err(refusal) => refusal,
+                Ok(()) => e,
+            });
+        }
+        copy_in.finish().await.map(|_| ())
+    }
+
     async fn write_transactional(&mut self, batch: &RecordBatch) -> Result<()> {
         if !self.in_transaction {
             self.run("BEGIN").await?;
@@ -491,7 +536,7 @@ impl PostgresWriter {
         if budget {
             self.run("SAVEPOINT tw_batch").await?;
         }
-        match self.insert(batch).await {
+        match self.load(batch).await {
             Ok(()) if budget => self.run("RELEASE SAVEPOINT tw_batch").await,
             Ok(()) => Ok(()),
             Err(e) if is_row_error(&e) && budget => {
@@ -516,6 +561,9 @@ impl SinkWriter for PostgresWriter {
     async fn write(&mut self, batch: RecordBatch) -> Result<()> {
         if self.insert.is_none() {
             self.insert = Some(self.build_insert(&batch)?);
+            if self.sink.mode == SinkMode::ExactlyOnce {
+                self.copy = self.build_copy(&batch);
+            }
         }
         match self.sink.mode {
             SinkMode::Upsert => self.write_upsert(&batch).await,
