@@ -75,7 +75,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     max_bad_rows: u64,
     /// Rows per query on the source.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = 50_000)]
     batch_rows: usize,
     #[command(flatten)]
     run: RunArgs,

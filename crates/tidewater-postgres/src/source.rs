@@ -66,7 +66,7 @@ impl PostgresSource {
             columns: None,
             filter: None,
             splits: 16,
-            batch_rows: 10_000,
+            batch_rows: 50_000,
             connections: 8,
         }
     }
@@ -133,7 +133,7 @@ impl PostgresSourceBuilder {
         self
     }
 
-    /// Rows per query and per batch (default 10 000).
+    /// Rows per query and per batch (default 50 000).
     pub fn batch_rows(mut self, rows: usize) -> Self {
         self.batch_rows = rows.clamp(1, i64::MAX as usize) as i64;
         self
