@@ -202,6 +202,70 @@ async fn server_upsert(conn: &mut PgConnection) -> anyhow::Result<f64> {
     Ok(started.elapsed().as_secs_f64())
 }
 
+/// Reads all of `src` in key order, 50,000 keys per request, decoding every
+/// value: with row decoding (a keyset SELECT per batch, as the source reads)
+/// or with `COPY (SELECT ...) TO STDOUT (FORMAT binary)` per key range.
+/// Returns (seconds, rows, checksum).
+async fn read_all(
+    conn: &mut PgConnection,
+    rows: i64,
+    via_copy: bool,
+) -> anyhow::Result<(f64, u64, i64)> {
+    use futures::TryStreamExt;
+    let started = Instant::now();
+    let (mut count, mut checksum) = (0u64, 0i64);
+    let step = 50_000i64;
+    let mut low = -1i64;
+    while low < rows {
+        let high = low + step;
+        if via_copy {
+            let sql = format!(
+                "COPY (SELECT id, k, v, s FROM src WHERE id > {low} AND id <= {high} ORDER BY id) \
+                 TO STDOUT (FORMAT binary)"
+            );
+            let chunks: Vec<bytes::Bytes> = conn.copy_out_raw(&sql).await?.try_collect().await?;
+            let data: Vec<u8> = chunks.concat();
+            let mut at = 19; // signature, flags, extension length
+            loop {
+                let fields = i16::from_be_bytes([data[at], data[at + 1]]);
+                at += 2;
+                if fields < 0 {
+                    break;
+                }
+                let take = |at: &mut usize| {
+                    let len = i32::from_be_bytes(data[*at..*at + 4].try_into().unwrap());
+                    *at += 4;
+                    let field = &data[*at..*at + len.max(0) as usize];
+                    *at += len.max(0) as usize;
+                    field
+                };
+                let id = i64::from_be_bytes(take(&mut at).try_into()?);
+                let k = i64::from_be_bytes(take(&mut at).try_into()?);
+                let v = f64::from_be_bytes(take(&mut at).try_into()?);
+                let s = std::str::from_utf8(take(&mut at))?;
+                checksum = checksum.wrapping_add(id ^ k ^ v.to_bits() as i64 ^ s.len() as i64);
+                count += 1;
+            }
+        } else {
+            let batch = sqlx::query(
+                "SELECT id, k, v, s FROM src WHERE id > $1 AND id <= $2 ORDER BY id LIMIT 50000",
+            )
+            .bind(low)
+            .bind(high)
+            .fetch_all(&mut *conn)
+            .await?;
+            for row in batch {
+                let (id, k, v): (i64, i64, f64) = (row.get(0), row.get(1), row.get(2));
+                let s: &str = row.get(3);
+                checksum = checksum.wrapping_add(id ^ k ^ v.to_bits() as i64 ^ s.len() as i64);
+                count += 1;
+            }
+        }
+        low = high;
+    }
+    Ok((started.elapsed().as_secs_f64(), count, checksum))
+}
+
 fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -238,6 +302,22 @@ pub fn pg_bench(args: PgArgs) -> anyhow::Result<()> {
             );
         }
         runtime.block_on(execute(&mut conn, "VACUUM ANALYZE src"))?;
+    }
+    // The source's read path: row decoding against binary COPY OUT (issue 3, item 1).
+    for round in 0..2 {
+        for via_copy in [round == 1, round == 0] {
+            let (took, rows, checksum) =
+                runtime.block_on(read_all(&mut conn, args.rows as i64, via_copy))?;
+            eprintln!(
+                "read {}: {took:.2} s, {:.0}k rows/s ({rows} rows, checksum {checksum})",
+                if via_copy {
+                    "binary COPY OUT"
+                } else {
+                    "keyset SELECT, row decoding"
+                },
+                rows as f64 / took / 1e3
+            );
+        }
     }
     let payload = runtime.block_on(copy_payload(&mut conn))?;
     let mut seconds: Vec<Vec<f64>> = vec![Vec::new(); CONTENDERS.len()];
