@@ -86,11 +86,16 @@ pub fn check_compatible(
         }
         let keeps_subtask_state = *role != Role::Source && new.state_version.is_some();
         if keeps_subtask_state && old.parallelism != new.parallelism {
+            let why = if *role == Role::Sink {
+                "its writers carry unfinished output (open files) in the checkpoint, one per \
+                 subtask: resume with the old parallelism, or start a new job"
+            } else {
+                "rescaling keyed state is not supported yet"
+            };
             return Err(refuse(
                 &old.uid,
                 format!(
-                    "its state was taken at parallelism {} and the pipeline asks for {} \
-                     (rescaling keyed state is not supported yet)",
+                    "its state was taken at parallelism {} and the pipeline asks for {} ({why})",
                     old.parallelism, new.parallelism
                 ),
             ));
