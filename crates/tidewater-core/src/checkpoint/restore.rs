@@ -235,6 +235,11 @@ mod tests {
         let mut added_stateless = same.clone();
         added_stateless.push((op("tag", "map", None, 2), Role::Operator));
         assert_eq!(refused_uid(&added_stateless, strict), None);
+        // A sink whose writers carry open output keeps its parallelism, and says why.
+        let stateful_sink = vec![op("out", "sink:parquet", Some(1), 2)];
+        let rescaled = vec![(op("out", "sink:parquet", Some(1), 3), Role::Sink)];
+        let err = check_compatible(id, &stateful_sink, &rescaled, strict).unwrap_err();
+        assert!(err.to_string().contains("open files"), "{err}");
     }
 
     #[test]
