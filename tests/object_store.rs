@@ -188,9 +188,9 @@ fn assert_no_tiny_files(files: &[(String, u64)], target: u64) {
     }
 }
 
-#[test]
-fn backfill_with_state_and_output_on_s3_survives_random_kills() {
-    let Some(base) = s3_prefix("backfill") else {
+/// The core crash test with state and output on S3: `mode` is the backfill's.
+fn backfill_on_s3_survives_random_kills(mode: &'static str) {
+    let Some(base) = s3_prefix(&format!("backfill-{mode}")) else {
         return;
     };
     let dir = tempfile::tempdir().expect("temp dir");
@@ -200,7 +200,7 @@ fn backfill_with_state_and_output_on_s3_survives_random_kills() {
         state: state.clone().into(),
         out: format!("{base}/out").into(),
         target_file_size: Some("16MiB"),
-        ..Backfill::new(dir.path(), "copy", rows, keys)
+        ..Backfill::new(dir.path(), mode, rows, keys)
     };
     let mut rng = Rng::from_time();
     let command = || {
@@ -217,10 +217,23 @@ fn backfill_with_state_and_output_on_s3_survives_random_kills() {
         "final run failed:\n{}",
         text(&output)
     );
-    eprintln!("completed after {kills} kills");
+    eprintln!("{mode}: completed after {kills} kills");
     let local = dir.path().join("downloaded");
     download(&format!("{base}/out"), &local);
-    assert_copy_output(&local, rows, keys);
+    match mode {
+        "copy" => assert_copy_output(&local, rows, keys),
+        _ => common::assert_aggregate_output(&local, rows, keys),
+    }
+}
+
+#[test]
+fn backfill_copy_with_state_and_output_on_s3_survives_random_kills() {
+    backfill_on_s3_survives_random_kills("copy");
+}
+
+#[test]
+fn backfill_aggregate_with_state_and_output_on_s3_survives_random_kills() {
+    backfill_on_s3_survives_random_kills("aggregate");
 }
 
 /// Makes a multi-file Parquet input (2M rows) with the backfill example.
