@@ -10,6 +10,17 @@ use std::time::Duration;
 use common::{Backfill, assert_aggregate_output, assert_copy_output, text};
 
 const ROWS: u64 = 6_000_000;
+/// Aggregate mode runs several times faster than copy mode: it gets more rows,
+/// so that it is still running when a test stops it after a checkpoint.
+const AGGREGATE_ROWS: u64 = 8 * ROWS;
+
+fn rows_for(mode: &str) -> u64 {
+    if mode == "aggregate" {
+        AGGREGATE_ROWS
+    } else {
+        ROWS
+    }
+}
 const KEYS: u64 = 100_000;
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -21,8 +32,9 @@ fn stderr(output: &std::process::Output) -> String {
 fn cancel_takes_a_savepoint_and_the_next_run_resumes_from_it() {
     for mode in ["copy", "aggregate"] {
         let dir = tempfile::tempdir().unwrap();
-        let mut job = Backfill::new(dir.path(), mode, ROWS, KEYS);
-        job.interval = "200ms";
+        let rows = rows_for(mode);
+        let mut job = Backfill::new(dir.path(), mode, rows, KEYS);
+        job.interval = "100ms";
         let mut child = job.spawn();
         assert!(
             job.wait_for_manifests(&mut child, 1, WAIT),
@@ -56,8 +68,8 @@ fn cancel_takes_a_savepoint_and_the_next_run_resumes_from_it() {
             text(&resumed)
         );
         match mode {
-            "copy" => assert_copy_output(&job.out, ROWS, KEYS),
-            _ => assert_aggregate_output(&job.out, ROWS, KEYS),
+            "copy" => assert_copy_output(&job.out, rows, KEYS),
+            _ => assert_aggregate_output(&job.out, rows, KEYS),
         }
     }
 }
@@ -94,7 +106,7 @@ fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
     // it already committed must be taken back, or those rows would repeat.
     for (mode, uid) in [("aggregate", "aggregate"), ("copy", "generator")] {
         let dir = tempfile::tempdir().unwrap();
-        let job = Backfill::new(dir.path(), mode, ROWS, KEYS);
+        let job = Backfill::new(dir.path(), mode, rows_for(mode), KEYS);
         run_and_kill_after(&job, 2);
         let newest = job.manifests().pop().unwrap();
         let blobs = blobs_of(&newest, uid);
@@ -114,7 +126,7 @@ fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
         );
         match mode {
             "copy" => assert_copy_output(&job.out, ROWS, KEYS),
-            _ => assert_aggregate_output(&job.out, ROWS, KEYS),
+            _ => assert_aggregate_output(&job.out, AGGREGATE_ROWS, KEYS),
         }
     }
 }
@@ -156,7 +168,7 @@ fn a_changed_pipeline_is_refused_with_the_operator_named() {
 #[test]
 fn keyed_state_refuses_a_different_parallelism() {
     let dir = tempfile::tempdir().unwrap();
-    let job = Backfill::new(dir.path(), "aggregate", ROWS, KEYS);
+    let job = Backfill::new(dir.path(), "aggregate", AGGREGATE_ROWS, KEYS);
     run_and_kill_after(&job, 1);
     let mut wider = job.clone();
     wider.parallelism = 3;
