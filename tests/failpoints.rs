@@ -15,7 +15,8 @@ fn crash_at(point: &str, mode: &'static str) {
     // takes a periodic checkpoint or two before its final one.
     let rows = if mode == "aggregate" { 8 * ROWS } else { ROWS };
     let dir = tempfile::tempdir().expect("temp dir");
-    // Small files, so that checkpoint 2 commits files of both subtasks.
+    // Small files, so that checkpoints commit files of both subtasks often
+    // (mid-commit fires at the first checkpoint from 2 on that has two).
     let job = Backfill {
         target_file_size: Some("1MiB"),
         ..Backfill::new(dir.path(), mode, rows, KEYS)

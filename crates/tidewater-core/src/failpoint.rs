@@ -2,8 +2,10 @@
 //! checkpoint protocol, where a random kill -9 rarely lands.
 //!
 //! `TIDEWATER_FAILPOINT=after-manifest@3` aborts right after checkpoint 3's
-//! manifest is written and before its sink commits. Points: `before-manifest`,
-//! `after-manifest`, `mid-commit` (after the first commit handle), `after-commit`.
+//! manifest is written and before its sink commits: the first time the point
+//! is reached at checkpoint 3 or later. Points: `before-manifest`,
+//! `after-manifest`, `mid-commit` (after the first of two or more commit
+//! handles: at the first such checkpoint from 3 on), `after-commit`.
 //! Unset (the normal case), a hook costs one load of a cached value.
 
 use std::sync::OnceLock;
@@ -19,11 +21,12 @@ fn armed() -> &'static Option<(String, u64)> {
     })
 }
 
-/// Aborts the process when the armed failpoint is `name` at `checkpoint`.
+/// Aborts the process when the armed failpoint is `name` at `checkpoint` or
+/// later (the first time it is reached there).
 pub(crate) fn hit(name: &str, checkpoint: CheckpointId) {
     if let Some((armed, id)) = armed()
         && armed == name
-        && *id == checkpoint.0
+        && checkpoint.0 >= *id
     {
         eprintln!("failpoint {name}@{id}: aborting the process");
         std::process::abort();
