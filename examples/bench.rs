@@ -82,8 +82,8 @@ struct IntervalArgs {
     scratch: Option<PathBuf>,
 }
 
-/// The backfill example next to this binary, built with the same profile.
-fn backfill_binary() -> anyhow::Result<PathBuf> {
+/// The example `name` next to this binary, built with the same profile.
+fn example_binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("binary folder")?;
     let profile = dir
@@ -93,7 +93,7 @@ fn backfill_binary() -> anyhow::Result<PathBuf> {
         .unwrap_or("release");
     if let Ok(cargo) = std::env::var("CARGO") {
         let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "--example", "backfill"]);
+        build.args(["build", "--quiet", "--example", name]);
         match profile {
             "debug" => {}
             "release" => {
@@ -108,13 +108,13 @@ fn backfill_binary() -> anyhow::Result<PathBuf> {
             .status()?
             .success()
         {
-            bail!("building the backfill example failed");
+            bail!("building the {name} example failed");
         }
     }
-    let binary = dir.join("backfill");
+    let binary = dir.join(name);
     if !binary.exists() {
         bail!(
-            "{} is missing: run `cargo build --release --example backfill`",
+            "{} is missing: run `cargo build --release --example {name}`",
             binary.display()
         );
     }
@@ -327,7 +327,7 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(|| args.out_dir.join("scratch"));
     let mut runner = Runner {
-        binary: backfill_binary()?,
+        binary: example_binary("backfill")?,
         scratch,
         counter: 0,
         args,

@@ -7,11 +7,11 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Rng, example_binary, text};
+use common::{Rng, example_binary, kill_randomly_until_complete, text};
 
 /// Connection URLs of the test servers, or `None` (skip) when there are none.
 fn servers() -> Option<(String, String)> {
@@ -128,6 +128,20 @@ impl Db {
     }
 
     /// Asserts dst holds exactly the rows of src with id % 3 != 0, once each, w = 2v.
+    /// Starts the backfill with a status file (returned) and its log in `state`.
+    fn spawn_with_status(&self, state: &Path, mode: &str, extra: &[&str]) -> (Child, PathBuf) {
+        let status = state.join("status.json");
+        let child = self
+            .backfill(state, mode, extra)
+            .arg("--status-file")
+            .arg(&status)
+            .stdout(Stdio::null())
+            .stderr(log_file(state))
+            .spawn()
+            .unwrap();
+        (child, status)
+    }
+
     fn assert_dst_exact(&self, rows: u64) {
         let expected = (0..rows).filter(|i| i % 3 != 0).count().to_string();
         assert_eq!(
@@ -185,7 +199,7 @@ impl Drop for ResumeReplay {
 /// Kills the backfill at random instants and restarts it until it completes,
 /// then checks `dst`; repeats with fresh state and tables until `kills` kills
 /// landed (a fast machine finishes a round in few kills).
-fn kill_randomly_until_complete(db: &Db, mode: &str, rows: u64, kills: usize, fresh_dst: &str) {
+fn crash_until_exact(db: &Db, mode: &str, rows: u64, kills: usize, fresh_dst: &str) {
     let mut rng = Rng::from_time();
     let mut done = 0;
     let mut rounds = 0;
@@ -194,36 +208,15 @@ fn kill_randomly_until_complete(db: &Db, mode: &str, rows: u64, kills: usize, fr
         sql(&db.url, &format!("DROP TABLE IF EXISTS dst; {fresh_dst}"));
         sql(&db.url, "DROP TABLE IF EXISTS tidewater_commits");
         let state = tempfile::tempdir().unwrap();
-        loop {
-            let mut child: Child = db
-                .backfill(state.path(), mode, &[])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap();
-            let started = Instant::now();
-            let delay = Duration::from_millis(50 + rng.below(700));
-            let killed = loop {
-                if child.try_wait().unwrap().is_some() {
-                    break false;
-                }
-                if started.elapsed() >= delay {
-                    child.kill().unwrap();
-                    break true;
-                }
-                std::thread::sleep(Duration::from_millis(5));
-            };
-            let status = child.wait().unwrap();
-            if killed {
-                done += 1;
-                continue;
-            }
-            assert!(
-                status.success(),
-                "a run failed (rerun it by hand to see why)"
-            );
-            break;
-        }
+        let (output, landed) = kill_randomly_until_complete(
+            || db.backfill(state.path(), mode, &[]),
+            kills - done,
+            Duration::from_millis(750),
+            &mut rng,
+            || {},
+        );
+        done += landed;
+        assert!(output.status.success(), "a run failed:\n{}", text(&output));
         db.assert_dst_exact(rows);
         assert_eq!(
             one(&db.url, "SELECT count(*) FROM pg_prepared_xacts"),
@@ -244,7 +237,7 @@ fn exactly_once_mode_survives_random_kills() {
     // No primary key: a row committed twice would show up as a duplicate.
     let no_key =
         "CREATE TABLE dst (id bigint, k bigint, v double precision, s text, w double precision)";
-    kill_randomly_until_complete(&db, "exactly-once", rows, 10, no_key);
+    crash_until_exact(&db, "exactly-once", rows, 10, no_key);
     // Every checkpoint was committed once: one commit row per (subtask, checkpoint).
     assert_eq!(
         one(
@@ -262,7 +255,7 @@ fn upsert_mode_survives_random_kills() {
     };
     let rows = 400_000;
     db.seed(rows);
-    kill_randomly_until_complete(&db, "upsert", rows, 10, "");
+    crash_until_exact(&db, "upsert", rows, 10, "");
 }
 
 #[test]
@@ -273,29 +266,21 @@ fn replica_lag_pauses_the_backfill_until_the_replica_catches_up() {
     let rows = 300_000;
     db.seed(rows);
     let state = tempfile::tempdir().unwrap();
-    let status = state.path().join("status.json");
     let poll = Duration::from_millis(200);
-    let child = db
-        .backfill(
-            state.path(),
-            "exactly-once",
-            &[
-                "--max-replica-lag",
-                "1s",
-                "--replica-url",
-                &db.replica,
-                "--lag-poll-interval",
-                "200ms",
-                "--rows-per-second",
-                "40000",
-                "--status-file",
-                status.to_str().unwrap(),
-            ],
-        )
-        .stdout(Stdio::null())
-        .stderr(log_file(state.path()))
-        .spawn()
-        .unwrap();
+    let (child, status) = db.spawn_with_status(
+        state.path(),
+        "exactly-once",
+        &[
+            "--max-replica-lag",
+            "1s",
+            "--replica-url",
+            &db.replica,
+            "--lag-poll-interval",
+            "200ms",
+            "--rows-per-second",
+            "40000",
+        ],
+    );
     let rows_read = || rows_read(&status);
     // Let it run, then stop replay on the replica while the backfill keeps writing.
     while rows_read() < 20_000 {
@@ -417,22 +402,8 @@ fn lost_connections_are_recovered_and_the_output_is_exact() {
             "DROP TABLE IF EXISTS dst; TRUNCATE tidewater_commits",
         );
         let state = tempfile::tempdir().unwrap();
-        let status = state.path().join("status.json");
-        let child = db
-            .backfill(
-                state.path(),
-                mode,
-                &[
-                    "--rows-per-second",
-                    "60000",
-                    "--status-file",
-                    status.to_str().unwrap(),
-                ],
-            )
-            .stdout(Stdio::null())
-            .stderr(log_file(state.path()))
-            .spawn()
-            .unwrap();
+        let (child, status) =
+            db.spawn_with_status(state.path(), mode, &["--rows-per-second", "60000"]);
         // Twice mid-run: cut every client connection of this database (source and sink).
         for threshold in [60_000u64, 150_000] {
             let start = Instant::now();

@@ -14,6 +14,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+
+use crate::median;
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type};
 use parquet::arrow::ArrowWriter;
@@ -207,11 +209,6 @@ fn run_duckdb(args: &DuckdbArgs, scratch: &Path) -> anyhow::Result<(f64, f64)> {
         .as_f64()
         .context("DuckDB reported no time")?;
     Ok((query, wall))
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 pub fn duckdb_bench(mut args: DuckdbArgs) -> anyhow::Result<()> {

@@ -17,6 +17,8 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
+
+use crate::median;
 use sqlx::{Connection, PgConnection, Row};
 
 #[derive(Debug, clap::Args)]
@@ -47,18 +49,6 @@ const HAND_SELECT: &str = "SELECT id, k, v, s FROM src WHERE id > $1 ORDER BY id
 const HAND_UPSERT: &str = "INSERT INTO dst (id, k, v, s, w) \
     SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::float8[], $4::text[], $5::float8[]) \
     ON CONFLICT (id) DO UPDATE SET k = excluded.k, v = excluded.v, s = excluded.s, w = excluded.w";
-
-fn pg_backfill_binary() -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    let path = me.with_file_name("pg_backfill");
-    if !path.exists() {
-        bail!(
-            "{} is missing: build it with cargo build --release --examples",
-            path.display()
-        );
-    }
-    Ok(path)
-}
 
 async fn connect(url: &str) -> anyhow::Result<PgConnection> {
     PgConnection::connect(url)
@@ -99,7 +89,7 @@ async fn reset(conn: &mut PgConnection) -> anyhow::Result<()> {
 /// Runs pg_backfill into the emptied `dst`; returns its seconds.
 fn tidewater(args: &PgArgs, mode: &str, scratch: &Path) -> anyhow::Result<f64> {
     let started = Instant::now();
-    let output = Command::new(pg_backfill_binary()?)
+    let output = Command::new(crate::example_binary("pg_backfill")?)
         .args(["--source-url", &args.url, "--sink-mode", mode])
         .args(["--max-replica-lag", "off", "--checkpoint-interval", "1s"])
         .args(["--parallelism", &args.parallelism.to_string()])
@@ -266,11 +256,6 @@ async fn read_all(
     Ok((started.elapsed().as_secs_f64(), count, checksum))
 }
 
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 const CONTENDERS: [&str; 5] = [
     "tidewater exactly-once",
     "tidewater upsert",
@@ -291,7 +276,7 @@ pub fn pg_bench(args: PgArgs) -> anyhow::Result<()> {
     if seeded != args.rows as i64 {
         eprintln!("seeding src with {} rows (it holds {seeded})", args.rows);
         runtime.block_on(execute(&mut conn, "DROP TABLE IF EXISTS src"))?;
-        let output = Command::new(pg_backfill_binary()?)
+        let output = Command::new(crate::example_binary("pg_backfill")?)
             .args(["--source-url", &args.url, "--seed", &args.rows.to_string()])
             .env("RUST_LOG", "warn")
             .output()?;

@@ -9,7 +9,7 @@ use crate::object_reader::ObjectReader;
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use globset::{Glob, GlobMatcher};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -123,11 +123,9 @@ impl ParquetSourceBuilder {
         let mut objects: Vec<_> = location
             .store
             .list(Some(&location.prefix))
-            .collect::<Vec<_>>()
+            .try_collect()
             .await
-            .into_iter()
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| storage(format!("listing '{}'", location.display), e))?;
+            .map_err(|e| Error::storage("list", &location.display, e))?;
         objects.sort_by(|a, b| a.location.cmp(&b.location));
 
         let mut files = Vec::new();
@@ -470,13 +468,6 @@ fn field_list(schema: &SchemaRef) -> Vec<String> {
         .collect()
 }
 
-fn storage(what: String, e: impl std::fmt::Display) -> Error {
-    Error::External {
-        message: format!("parquet source: {what}: {e}"),
-        retryable: true,
-    }
-}
-
 fn read_error(file: &str, row_group: usize, e: impl std::fmt::Display) -> Error {
     Error::BadInput(format!(
         "parquet source: cannot read '{file}' row group {row_group}: {e}; the file may be \
@@ -507,6 +498,6 @@ async fn record_bad_file(
     at.store
         .put(&path, PutPayload::from(record.to_string().into_bytes()))
         .await
-        .map_err(|e| storage(format!("writing dead letter '{path}'"), e))?;
+        .map_err(|e| Error::storage("write dead letter", &path, e))?;
     Ok(())
 }

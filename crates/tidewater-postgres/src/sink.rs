@@ -279,28 +279,39 @@ fn row_json(batch: &RecordBatch, row: usize) -> Value {
 }
 
 impl PostgresWriter {
-    fn build_insert(&self, batch: &RecordBatch) -> Result<String> {
+    /// The table's column for each of `batch`'s columns, matched by name.
+    fn table_columns(&self, batch: &RecordBatch) -> Result<Vec<&PgColumn>> {
+        let sink = &self.sink;
+        batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|field| {
+                sink.columns
+                    .iter()
+                    .find(|c| &c.name == field.name())
+                    .ok_or_else(|| {
+                        user_error(format!(
+                            "the stream has a column '{}' that table '{}' lacks (table columns: {})",
+                            field.name(),
+                            sink.table,
+                            sink.columns
+                                .iter()
+                                .map(|c| c.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ))
+                    })
+            })
+            .collect()
+    }
+
+    fn build_insert(&self, batch: &RecordBatch, columns: &[&PgColumn]) -> Result<String> {
         let sink = &self.sink;
         let mut names = Vec::new();
         let mut selects = Vec::new();
         let mut params = Vec::new();
-        for (i, field) in batch.schema().fields().iter().enumerate() {
-            let column = sink
-                .columns
-                .iter()
-                .find(|c| &c.name == field.name())
-                .ok_or_else(|| {
-                    user_error(format!(
-                        "the stream has a column '{}' that table '{}' lacks (table columns: {})",
-                        field.name(),
-                        sink.table,
-                        sink.columns
-                            .iter()
-                            .map(|c| c.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })?;
+        for (i, (field, column)) in batch.schema().fields().iter().zip(columns).enumerate() {
             let name = quote_ident(&column.name);
             params.push(format!(
                 "${}::{}",
@@ -487,14 +498,8 @@ impl PostgresWriter {
     }
 
     /// The COPY statement for `batch`'s columns, when binary COPY can load them.
-    fn build_copy(&self, batch: &RecordBatch) -> Option<String> {
-        let columns: Vec<&PgColumn> = batch
-            .schema()
-            .fields()
-            .iter()
-            .map(|f| self.sink.columns.iter().find(|c| &c.name == f.name()))
-            .collect::<Option<_>>()?;
-        if !copy::all_copyable(batch, &columns) {
+    fn build_copy(&self, batch: &RecordBatch, columns: &[&PgColumn]) -> Option<String> {
+        if !copy::all_copyable(batch, columns) {
             return None;
         }
         let names: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
@@ -560,10 +565,14 @@ impl PostgresWriter {
 impl SinkWriter for PostgresWriter {
     async fn write(&mut self, batch: RecordBatch) -> Result<()> {
         if self.insert.is_none() {
-            self.insert = Some(self.build_insert(&batch)?);
-            if self.sink.mode == SinkMode::ExactlyOnce {
-                self.copy = self.build_copy(&batch);
-            }
+            let columns = self.table_columns(&batch)?;
+            let insert = self.build_insert(&batch, &columns)?;
+            let copy = match self.sink.mode {
+                SinkMode::ExactlyOnce => self.build_copy(&batch, &columns),
+                SinkMode::Upsert => None,
+            };
+            self.insert = Some(insert);
+            self.copy = copy;
         }
         match self.sink.mode {
             SinkMode::Upsert => self.write_upsert(&batch).await,

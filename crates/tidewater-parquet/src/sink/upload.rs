@@ -56,13 +56,6 @@ pub(crate) struct Uploader {
     pub local_root: Option<std::path::PathBuf>,
 }
 
-pub(crate) fn external(what: String, error: impl std::fmt::Display) -> Error {
-    Error::External {
-        message: format!("{what}: {error}"),
-        retryable: true,
-    }
-}
-
 impl Uploader {
     /// The path of `relative` under the sink's root.
     pub fn path(&self, relative: &str) -> Path {
@@ -82,7 +75,7 @@ impl Uploader {
                 let upload = multipart
                     .create_multipart(&path)
                     .await
-                    .map_err(|e| external(format!("starting the upload of '{path}'"), e))?;
+                    .map_err(|e| Error::storage("start the upload of", &path, e))?;
                 Ok(Parts::Multipart {
                     upload,
                     parts: Vec::new(),
@@ -110,7 +103,7 @@ impl Uploader {
                 let id = multipart
                     .put_part(&path, upload, index, PutPayload::from(bytes))
                     .await
-                    .map_err(|e| external(format!("uploading part {index} of '{path}'"), e))?;
+                    .map_err(|e| Error::storage("upload a part of", &path, e))?;
                 parts.push(id.content_id);
             }
             Parts::Staged { parts } => {
@@ -119,7 +112,7 @@ impl Uploader {
                 self.store
                     .put(&path, PutPayload::from(bytes))
                     .await
-                    .map_err(|e| external(format!("staging '{path}'"), e))?;
+                    .map_err(|e| Error::storage("stage", &path, e))?;
                 parts.push(name);
             }
         }
@@ -159,7 +152,7 @@ impl Uploader {
                     .store
                     .put_multipart(&path)
                     .await
-                    .map_err(|e| external(format!("creating '{path}'"), e))?;
+                    .map_err(|e| Error::storage("create", &path, e))?;
                 let mut writer = WriteMultipart::new(writer);
                 for part in parts {
                     let staged = self.path(part);
@@ -170,13 +163,13 @@ impl Uploader {
                         .map_err(|e| lost_part(&staged, &path, e))?
                         .bytes()
                         .await
-                        .map_err(|e| external(format!("reading '{staged}'"), e))?;
+                        .map_err(|e| Error::storage("read", &staged, e))?;
                     writer.write(&bytes);
                 }
                 writer
                     .finish()
                     .await
-                    .map_err(|e| external(format!("writing '{path}'"), e))?;
+                    .map_err(|e| Error::storage("write", &path, e))?;
                 debug!(file = %path, "committed");
                 self.delete_all(parts).await?;
             }
@@ -207,7 +200,7 @@ impl Uploader {
     pub async fn delete(&self, path: &Path) -> Result<()> {
         match self.store.delete(path).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(external(format!("deleting '{path}'"), e)),
+            Err(e) => Err(Error::storage("delete", path, e)),
         }
     }
 
@@ -232,10 +225,10 @@ impl Uploader {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => {
-                        return Err(external(
-                            format!("deleting '{}'", entry.path().display()),
-                            e,
-                        ));
+                        return Err(Error::External {
+                            message: format!("deleting '{}': {e}", entry.path().display()),
+                            retryable: true,
+                        });
                     }
                 }
             }
@@ -251,7 +244,7 @@ impl Uploader {
             .list(Some(&dir))
             .try_collect()
             .await
-            .map_err(|e| external(format!("listing '{dir}'"), e))?;
+            .map_err(|e| Error::storage("list", &dir, e))?;
         Ok(objects.into_iter().map(|o| o.location).collect())
     }
 }
