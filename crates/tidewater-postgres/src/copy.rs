@@ -13,9 +13,9 @@ use arrow::record_batch::RecordBatch;
 use crate::schema::PgColumn;
 
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
-const EPOCH_DAYS: i32 = 10_957;
+pub const EPOCH_DAYS: i32 = 10_957;
 /// Microseconds between the two epochs.
-const EPOCH_MICROS: i64 = 946_684_800_000_000;
+pub const EPOCH_MICROS: i64 = 946_684_800_000_000;
 
 /// Whether an Arrow column of `data_type` can be sent as is to a column of `udt`.
 fn copyable(data_type: &DataType, udt: &str) -> bool {

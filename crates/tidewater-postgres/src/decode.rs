@@ -1,4 +1,9 @@
-//! Rows from PostgreSQL into Arrow arrays, one builder per column.
+//! PostgreSQL's binary COPY format into Arrow arrays, one builder per column.
+//!
+//! The source reads with `COPY (SELECT ...) TO STDOUT (FORMAT binary)`: for
+//! 10M rows it measured faster end to end than decoding the same query's rows
+//! through the driver (docs/benchmarks.md), because every value is decoded
+//! once, straight into its Arrow builder.
 
 use std::sync::Arc;
 
@@ -8,15 +13,15 @@ use arrow::array::{
     TimestampMicrosecondBuilder,
 };
 use arrow::datatypes::{DataType, TimeUnit};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
-use rust_decimal::Decimal;
-use sqlx::Row;
-use sqlx::postgres::PgRow;
 use tidewater_core::{Error, Result};
 
+use crate::copy::{EPOCH_DAYS, EPOCH_MICROS};
 use crate::schema::PgColumn;
 
-/// Builds one Arrow column from the rows of a query.
+/// The signature every binary COPY stream starts with.
+pub const COPY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+
+/// Builds one Arrow column from binary COPY values.
 pub enum ColumnBuilder {
     Int16(Int16Builder),
     Int32(Int32Builder),
@@ -28,23 +33,23 @@ pub enum ColumnBuilder {
     Text(StringBuilder, TextKind),
     Binary(BinaryBuilder),
     Date(Date32Builder),
-    Timestamp(TimestampMicrosecondBuilder, bool),
+    Timestamp(TimestampMicrosecondBuilder),
 }
 
-/// How a column read as Utf8 is decoded.
+/// How a column read as Utf8 is sent by the server.
 #[derive(Clone, Copy)]
 pub enum TextKind {
+    /// text, varchar, bpchar, name, json: the UTF-8 bytes.
     Plain,
+    /// 16 bytes, printed in the hyphenated form.
     Uuid,
-    Json,
-}
-
-fn unix_epoch() -> NaiveDate {
-    NaiveDate::from_ymd_opt(1970, 1, 1).expect("valid date")
+    /// A version byte (1), then the JSON text.
+    Jsonb,
 }
 
 impl ColumnBuilder {
-    /// A builder for `column`, sized for `capacity` rows.
+    /// A builder for `column`, sized for `capacity` rows; an unsupported type
+    /// is an error naming the column and its type.
     pub fn new(column: &PgColumn, capacity: usize) -> Result<Self> {
         let unsupported = || {
             Error::BadInput(format!(
@@ -70,7 +75,7 @@ impl ColumnBuilder {
             DataType::Utf8 => {
                 let kind = match column.udt.as_str() {
                     "uuid" => TextKind::Uuid,
-                    "json" | "jsonb" => TextKind::Json,
+                    "jsonb" => TextKind::Jsonb,
                     _ => TextKind::Plain,
                 };
                 Self::Text(StringBuilder::with_capacity(capacity, capacity * 16), kind)
@@ -78,75 +83,88 @@ impl ColumnBuilder {
             DataType::Binary => Self::Binary(BinaryBuilder::with_capacity(capacity, capacity * 16)),
             DataType::Date32 => Self::Date(Date32Builder::with_capacity(capacity)),
             DataType::Timestamp(TimeUnit::Microsecond, tz) => Self::Timestamp(
-                TimestampMicrosecondBuilder::with_capacity(capacity).with_timezone_opt(tz.clone()),
-                tz.is_some(),
+                TimestampMicrosecondBuilder::with_capacity(capacity).with_timezone_opt(tz),
             ),
             _ => return Err(unsupported()),
         })
     }
 
-    /// Appends column `index` of `row`.
-    pub fn append(&mut self, row: &PgRow, index: usize, name: &str) -> Result<()> {
-        let bad = |e: sqlx::Error| {
-            Error::BadInput(format!("column '{name}': cannot decode a value: {e}"))
+    /// Appends one value in binary form (`None` for NULL).
+    pub fn append(&mut self, value: Option<&[u8]>, name: &str) -> Result<()> {
+        let Some(bytes) = value else {
+            self.append_null();
+            return Ok(());
+        };
+        let bad = |what: &str| {
+            Error::BadInput(format!(
+                "column '{name}': {what}; leave the column out, or cast it in a view the source reads"
+            ))
         };
         match self {
-            Self::Int16(b) => b.append_option(row.try_get::<Option<i16>, _>(index).map_err(bad)?),
-            Self::Int32(b) => b.append_option(row.try_get::<Option<i32>, _>(index).map_err(bad)?),
-            Self::Int64(b) => b.append_option(row.try_get::<Option<i64>, _>(index).map_err(bad)?),
-            Self::Float32(b) => b.append_option(row.try_get::<Option<f32>, _>(index).map_err(bad)?),
-            Self::Float64(b) => b.append_option(row.try_get::<Option<f64>, _>(index).map_err(bad)?),
-            Self::Boolean(b) => {
-                b.append_option(row.try_get::<Option<bool>, _>(index).map_err(bad)?)
-            }
+            Self::Int16(b) => b.append_value(i16::from_be_bytes(fixed(bytes, name)?)),
+            Self::Int32(b) => b.append_value(i32::from_be_bytes(fixed(bytes, name)?)),
+            Self::Int64(b) => b.append_value(i64::from_be_bytes(fixed(bytes, name)?)),
+            Self::Float32(b) => b.append_value(f32::from_be_bytes(fixed(bytes, name)?)),
+            Self::Float64(b) => b.append_value(f64::from_be_bytes(fixed(bytes, name)?)),
+            Self::Boolean(b) => b.append_value(fixed::<1>(bytes, name)?[0] != 0),
             Self::Decimal(b, precision, scale) => {
-                match row.try_get::<Option<Decimal>, _>(index).map_err(bad)? {
-                    None => b.append_null(),
-                    Some(mut value) => {
-                        value.rescale(*scale as u32);
-                        let mantissa = value.mantissa();
-                        if mantissa.unsigned_abs() >= 10u128.pow(u32::from(*precision)) {
-                            return Err(Error::BadInput(format!(
-                                "column '{name}': {value} does not fit decimal({precision},{scale})"
-                            )));
-                        }
-                        b.append_value(mantissa)
+                b.append_value(numeric_to_decimal(bytes, *precision, *scale).map_err(|e| bad(&e))?)
+            }
+            Self::Text(b, kind) => {
+                let text = match kind {
+                    TextKind::Uuid => {
+                        let uuid = uuid::Uuid::from_bytes(fixed(bytes, name)?);
+                        b.append_value(uuid.hyphenated().encode_lower(&mut [0; 36]));
+                        return Ok(());
                     }
+                    TextKind::Jsonb => match bytes.split_first() {
+                        Some((1, json)) => json,
+                        _ => return Err(bad("unknown jsonb format version")),
+                    },
+                    TextKind::Plain => bytes,
+                };
+                b.append_value(std::str::from_utf8(text).map_err(|_| bad("text is not UTF-8"))?)
+            }
+            Self::Binary(b) => b.append_value(bytes),
+            Self::Date(b) => {
+                let days = i32::from_be_bytes(fixed(bytes, name)?);
+                if days == i32::MAX || days == i32::MIN {
+                    return Err(bad("the date 'infinity' has no Arrow value"));
                 }
+                b.append_value(
+                    days.checked_add(EPOCH_DAYS)
+                        .ok_or_else(|| bad("date out of range"))?,
+                )
             }
-            Self::Text(b, TextKind::Plain) => {
-                b.append_option(row.try_get::<Option<&str>, _>(index).map_err(bad)?)
+            Self::Timestamp(b) => {
+                let micros = i64::from_be_bytes(fixed(bytes, name)?);
+                if micros == i64::MAX || micros == i64::MIN {
+                    return Err(bad("the timestamp 'infinity' has no Arrow value"));
+                }
+                b.append_value(
+                    micros
+                        .checked_add(EPOCH_MICROS)
+                        .ok_or_else(|| bad("timestamp out of range"))?,
+                )
             }
-            Self::Text(b, TextKind::Uuid) => b.append_option(
-                row.try_get::<Option<uuid::Uuid>, _>(index)
-                    .map_err(bad)?
-                    .map(|u| u.hyphenated().to_string()),
-            ),
-            Self::Text(b, TextKind::Json) => b.append_option(
-                row.try_get::<Option<serde_json::Value>, _>(index)
-                    .map_err(bad)?
-                    .map(|v| v.to_string()),
-            ),
-            Self::Binary(b) => {
-                b.append_option(row.try_get::<Option<&[u8]>, _>(index).map_err(bad)?)
-            }
-            Self::Date(b) => b.append_option(
-                row.try_get::<Option<NaiveDate>, _>(index)
-                    .map_err(bad)?
-                    .map(|d| (d - unix_epoch()).num_days() as i32),
-            ),
-            Self::Timestamp(b, false) => b.append_option(
-                row.try_get::<Option<NaiveDateTime>, _>(index)
-                    .map_err(bad)?
-                    .map(|t| t.and_utc().timestamp_micros()),
-            ),
-            Self::Timestamp(b, true) => b.append_option(
-                row.try_get::<Option<DateTime<Utc>>, _>(index)
-                    .map_err(bad)?
-                    .map(|t| t.timestamp_micros()),
-            ),
         }
         Ok(())
+    }
+
+    fn append_null(&mut self) {
+        match self {
+            Self::Int16(b) => b.append_null(),
+            Self::Int32(b) => b.append_null(),
+            Self::Int64(b) => b.append_null(),
+            Self::Float32(b) => b.append_null(),
+            Self::Float64(b) => b.append_null(),
+            Self::Decimal(b, ..) => b.append_null(),
+            Self::Boolean(b) => b.append_null(),
+            Self::Text(b, _) => b.append_null(),
+            Self::Binary(b) => b.append_null(),
+            Self::Date(b) => b.append_null(),
+            Self::Timestamp(b) => b.append_null(),
+        }
     }
 
     /// The finished array.
@@ -162,7 +180,242 @@ impl ColumnBuilder {
             Self::Text(b, _) => Arc::new(b.finish()),
             Self::Binary(b) => Arc::new(b.finish()),
             Self::Date(b) => Arc::new(b.finish()),
-            Self::Timestamp(b, _) => Arc::new(b.finish()),
+            Self::Timestamp(b) => Arc::new(b.finish()),
         }
+    }
+}
+
+/// A fixed-width value, or an error saying the server sent another width.
+fn fixed<const N: usize>(bytes: &[u8], name: &str) -> Result<[u8; N]> {
+    bytes.try_into().map_err(|_| {
+        Error::BadInput(format!(
+            "column '{name}': expected a {N}-byte value from the server, got {} bytes",
+            bytes.len()
+        ))
+    })
+}
+
+/// Decodes a whole binary COPY payload into `builders` (one per column, in
+/// order); returns the number of rows.
+pub fn decode_copy(
+    payload: &[u8],
+    columns: &[PgColumn],
+    builders: &mut [ColumnBuilder],
+) -> Result<usize> {
+    let mut input = Reader(payload);
+    if input.take(COPY_SIGNATURE.len())? != COPY_SIGNATURE {
+        return Err(malformed("the COPY signature is missing"));
+    }
+    let _flags = input.i32()?;
+    let extension = input.i32()?;
+    input.take(usize::try_from(extension).map_err(|_| malformed("negative header extension"))?)?;
+    let mut rows = 0;
+    loop {
+        let fields = input.i16()?;
+        if fields == -1 {
+            return Ok(rows);
+        }
+        if fields as usize != builders.len() {
+            return Err(malformed(&format!(
+                "a row has {fields} fields, the query selected {}",
+                builders.len()
+            )));
+        }
+        for (builder, column) in builders.iter_mut().zip(columns) {
+            let len = input.i32()?;
+            let value =
+                match len {
+                    -1 => None,
+                    len => Some(input.take(
+                        usize::try_from(len).map_err(|_| malformed("negative field length"))?,
+                    )?),
+                };
+            builder.append(value, &column.name)?;
+        }
+        rows += 1;
+    }
+}
+
+fn malformed(what: &str) -> Error {
+    Error::External {
+        message: format!("PostgreSQL: malformed binary COPY data from the source: {what}"),
+        retryable: false,
+    }
+}
+
+/// A cursor over a byte slice.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(malformed("the data ends in the middle of a row"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn i16(&mut self) -> Result<i16> {
+        Ok(i16::from_be_bytes(
+            self.take(2)?.try_into().expect("2 bytes"),
+        ))
+    }
+
+    fn i32(&mut self) -> Result<i32> {
+        Ok(i32::from_be_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+}
+
+/// PostgreSQL's binary `numeric` (base-10000 digits) as a Decimal128
+/// mantissa at `scale`, rounded half away from zero like PostgreSQL's own
+/// casts; an error when it does not fit `precision` digits.
+pub fn numeric_to_decimal(
+    bytes: &[u8],
+    precision: u8,
+    scale: i8,
+) -> std::result::Result<i128, String> {
+    let word = |i: usize| -> std::result::Result<i16, String> {
+        bytes
+            .get(2 * i..2 * i + 2)
+            .map(|b| i16::from_be_bytes([b[0], b[1]]))
+            .ok_or_else(|| "a numeric value is truncated".to_string())
+    };
+    let ndigits = word(0)?;
+    let weight = i32::from(word(1)?);
+    let sign = word(2)? as u16;
+    match sign {
+        0x0000 | 0x4000 => {}
+        0xC000 => return Err("NaN has no decimal value".into()),
+        _ => return Err("infinity has no decimal value".into()),
+    }
+    let too_big = || format!("a value does not fit decimal({precision},{scale})");
+    let mut mantissa: i128 = 0;
+    let mut round_up = false;
+    for i in 0..ndigits.max(0) as usize {
+        let digit = i128::from(word(4 + i)?);
+        // Where this base-10000 digit lands in the mantissa, as a power of ten.
+        let exponent = 4 * (weight - i as i32) + i32::from(scale);
+        if exponent >= 0 {
+            let unit = 10i128.checked_pow(exponent as u32).ok_or_else(too_big)?;
+            mantissa = digit
+                .checked_mul(unit)
+                .and_then(|v| v.checked_add(mantissa))
+                .ok_or_else(too_big)?;
+            continue;
+        }
+        // The first digit below the scale decides the rounding: the digits
+        // after it add less than one unit of its last place, which cannot
+        // carry a remainder below one half to one half (see the tests).
+        if exponent > -5 {
+            let divisor = 10i128.pow(exponent.unsigned_abs());
+            mantissa = mantissa.checked_add(digit / divisor).ok_or_else(too_big)?;
+            round_up = 2 * (digit % divisor) >= divisor;
+        }
+        break;
+    }
+    if round_up {
+        mantissa = mantissa.checked_add(1).ok_or_else(too_big)?;
+    }
+    if mantissa >= 10i128.pow(u32::from(precision)) {
+        return Err(too_big());
+    }
+    Ok(if sign == 0x4000 { -mantissa } else { mantissa })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A binary numeric from its base-10000 digits.
+    fn numeric(weight: i16, negative: bool, digits: &[i16]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend((digits.len() as i16).to_be_bytes());
+        out.extend(weight.to_be_bytes());
+        out.extend((if negative { 0x4000u16 } else { 0 }).to_be_bytes());
+        out.extend(0i16.to_be_bytes()); // dscale: not needed to decode
+        for d in digits {
+            out.extend(d.to_be_bytes());
+        }
+        out
+    }
+
+    #[test]
+    fn numerics_become_mantissas_at_the_column_scale() {
+        // 12345.67 = [1, 2345, 6700] with weight 1
+        let v = numeric(1, false, &[1, 2345, 6700]);
+        assert_eq!(numeric_to_decimal(&v, 12, 2), Ok(1_234_567));
+        assert_eq!(numeric_to_decimal(&v, 12, 4), Ok(123_456_700));
+        // rounded half away from zero at scale 1 (12345.67 -> 12345.7), and negatives
+        assert_eq!(numeric_to_decimal(&v, 12, 1), Ok(123_457));
+        let neg = numeric(1, true, &[1, 2345, 6700]);
+        assert_eq!(numeric_to_decimal(&neg, 12, 1), Ok(-123_457));
+        // 0.00005 at scale 4 rounds up; 0.000049999999 does not
+        assert_eq!(
+            numeric_to_decimal(&numeric(-2, false, &[5000]), 10, 4),
+            Ok(1)
+        );
+        assert_eq!(
+            numeric_to_decimal(&numeric(-2, false, &[4999, 9999, 9999]), 10, 4),
+            Ok(0)
+        );
+        // 1e8 (one digit, weight 2: trailing zeros are implied)
+        assert_eq!(
+            numeric_to_decimal(&numeric(2, false, &[1]), 12, 2),
+            Ok(10_000_000_000)
+        );
+        // zero has no digits
+        assert_eq!(numeric_to_decimal(&numeric(0, false, &[]), 5, 2), Ok(0));
+        // too many digits for the precision, NaN
+        assert!(
+            numeric_to_decimal(&v, 6, 2)
+                .unwrap_err()
+                .contains("decimal(6,2)")
+        );
+        let nan = [0, 0, 0, 0, 0xC0, 0, 0, 0];
+        assert!(numeric_to_decimal(&nan, 10, 2).unwrap_err().contains("NaN"));
+        // a value far beyond i128
+        assert!(numeric_to_decimal(&numeric(20, false, &[1]), 38, 10).is_err());
+    }
+
+    #[test]
+    fn a_copy_payload_becomes_arrays_with_nulls() {
+        let column = |name: &str, udt: &str, arrow: DataType| PgColumn {
+            name: name.into(),
+            udt: udt.into(),
+            sql_type: udt.into(),
+            nullable: true,
+            arrow: Some(arrow),
+        };
+        let columns = [
+            column("id", "int8", DataType::Int64),
+            column("doc", "jsonb", DataType::Utf8),
+        ];
+        let mut payload = COPY_SIGNATURE.to_vec();
+        payload.extend([0, 0, 0, 0, 0, 0, 0, 0]);
+        payload.extend([0, 2, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 7]); // id = 7
+        payload.extend([0, 0, 0, 3, 1, b'{', b'}']); // doc = {}
+        payload.extend([0, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]); // NULL, NULL
+        payload.extend([0xff, 0xff]);
+        let mut builders: Vec<_> = columns
+            .iter()
+            .map(|c| ColumnBuilder::new(c, 2).unwrap())
+            .collect();
+        assert_eq!(decode_copy(&payload, &columns, &mut builders).unwrap(), 2);
+        let ids = builders[0].finish();
+        let docs = builders[1].finish();
+        assert_eq!(ids.null_count(), 1);
+        assert_eq!(
+            arrow::array::AsArray::as_string::<i32>(docs.as_ref()).value(0),
+            "{}"
+        );
+        assert!(docs.is_null(1));
+
+        // cut short: a clear error, not a panic
+        let cut = &payload[..payload.len() - 5];
+        let err = decode_copy(cut, &columns, &mut builders).unwrap_err();
+        assert!(err.to_string().contains("ends in the middle"), "{err}");
     }
 }

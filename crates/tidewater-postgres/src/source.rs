@@ -4,16 +4,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::RecordBatch;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{ArrayRef, AsArray, RecordBatch};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
 use async_trait::async_trait;
+use bytes::BytesMut;
+use futures::TryStreamExt;
 use serde_json::json;
+use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Row};
 use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
 use tracing::warn;
 
-use crate::decode::ColumnBuilder;
+use crate::decode::{ColumnBuilder, decode_copy};
 use crate::errors::{db_error, is_connection_error, user_error};
 use crate::schema::{PgColumn, describe, quote_ident, quote_table};
 
@@ -21,10 +24,11 @@ use crate::schema::{PgColumn, describe, quote_ident, quote_table};
 const READ_RETRIES: u32 = 5;
 
 /// Reads a table (or a projection and filter over it) in the order of a
-/// unique integer key, `batch_rows` rows per query:
+/// unique integer key, `batch_rows` rows per query, each query a binary COPY:
 ///
 /// ```sql
-/// SELECT cols FROM t WHERE key > $cursor AND key <= $split_end [AND (filter)] ORDER BY key LIMIT $batch
+/// COPY (SELECT cols FROM t WHERE key > cursor AND key <= split_end [AND (filter)]
+///       ORDER BY key LIMIT batch) TO STDOUT (FORMAT binary)
 /// ```
 ///
 /// The key range `[min, max]` at the first run is cut into `splits` ranges;
@@ -309,20 +313,18 @@ impl Source for PostgresSource {
             .collect::<Vec<_>>()
             .join(", ");
         let key = quote_ident(&self.key);
-        let sql = |first: &str| {
-            format!(
-                "SELECT {columns} FROM {table} WHERE {key} {first} $1 AND {key} <= $2{filter} \
-                 ORDER BY {key} LIMIT $3",
-                table = quote_table(&self.table),
-                filter = self.where_filter()
-            )
-        };
         Ok(Box::new(PostgresReader {
             source: self.clone(),
-            first_sql: sql(">="),
-            next_sql: sql(">"),
+            select_head: format!(
+                "SELECT {columns} FROM {table} WHERE {key}",
+                table = quote_table(&self.table),
+            ),
+            select_tail: format!(
+                "AND {key} <= {hi}{filter} ORDER BY {key} LIMIT {limit}",
+                filter = self.where_filter(),
+                limit = self.batch_rows,
+            ),
             lo,
-            hi,
             after,
             done: false,
         }))
@@ -336,26 +338,34 @@ fn parse_range(id: &str, prefix: &str) -> Option<(i64, i64)> {
 
 struct PostgresReader {
     source: PostgresSource,
-    first_sql: String,
-    next_sql: String,
+    /// The batch query up to its lower bound: `SELECT ... WHERE key`.
+    select_head: String,
+    /// The batch query after its lower bound: `AND key <= hi ... LIMIT n`.
+    select_tail: String,
     lo: i64,
-    hi: i64,
     after: Option<i64>,
     done: bool,
 }
 
 impl PostgresReader {
-    async fn fetch(&self) -> std::result::Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
-        let (sql, from) = match self.after {
-            None => (&self.first_sql, self.lo),
-            Some(after) => (&self.next_sql, after),
+    /// The next batch as one binary COPY payload. COPY takes no bind
+    /// parameters; the bounds are integers, formatted into the statement.
+    async fn fetch(&self) -> std::result::Result<BytesMut, sqlx::Error> {
+        let (op, from) = match self.after {
+            None => (">=", self.lo),
+            Some(after) => (">", after),
         };
-        sqlx::query(AssertSqlSafe(sql.as_str()))
-            .bind(from)
-            .bind(self.hi)
-            .bind(self.source.batch_rows)
-            .fetch_all(&self.source.pool)
-            .await
+        let statement = format!(
+            "COPY ({} {op} {from} {}) TO STDOUT (FORMAT binary)",
+            self.select_head, self.select_tail
+        );
+        let mut conn = self.source.pool.acquire().await?;
+        let mut stream = conn.copy_out_raw(&statement).await?;
+        let mut payload = BytesMut::new();
+        while let Some(chunk) = stream.try_next().await? {
+            payload.extend_from_slice(&chunk);
+        }
+        Ok(payload)
     }
 }
 
@@ -366,9 +376,9 @@ impl SplitReader for PostgresReader {
             return Ok(None);
         }
         let mut attempt = 0;
-        let rows = loop {
+        let payload = loop {
             match self.fetch().await {
-                Ok(rows) => break rows,
+                Ok(payload) => break payload,
                 // Reads are idempotent: on a dropped connection, read again.
                 Err(e) if is_connection_error(&e) && attempt < READ_RETRIES => {
                     attempt += 1;
@@ -378,39 +388,21 @@ impl SplitReader for PostgresReader {
                 Err(e) => return Err(db_error(&format!("reading '{}'", self.source.table), e)),
             }
         };
-        if (rows.len() as i64) < self.source.batch_rows {
+        let columns = &self.source.columns;
+        let mut builders = columns
+            .iter()
+            .map(|c| ColumnBuilder::new(c, self.source.batch_rows.min(65_536) as usize))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = decode_copy(&payload, columns, &mut builders)?;
+        if (rows as i64) < self.source.batch_rows {
             self.done = true;
         }
-        let Some(last) = rows.last() else {
+        if rows == 0 {
             return Ok(None);
-        };
-        let key_index = self.source.key_index;
-        let last_key: i64 = match self.source.columns[key_index].udt.as_str() {
-            "int2" => i64::from(
-                last.try_get::<i16, _>(key_index)
-                    .map_err(|e| db_error("key", e))?,
-            ),
-            "int4" => i64::from(
-                last.try_get::<i32, _>(key_index)
-                    .map_err(|e| db_error("key", e))?,
-            ),
-            _ => last
-                .try_get::<i64, _>(key_index)
-                .map_err(|e| db_error("key", e))?,
-        };
-        let mut builders = self
-            .source
-            .columns
-            .iter()
-            .map(|c| ColumnBuilder::new(c, rows.len()))
-            .collect::<Result<Vec<_>>>()?;
-        for row in &rows {
-            for (i, builder) in builders.iter_mut().enumerate() {
-                builder.append(row, i, &self.source.columns[i].name)?;
-            }
         }
-        let arrays = builders.iter_mut().map(ColumnBuilder::finish).collect();
-        self.after = Some(last_key);
+        let arrays: Vec<ArrayRef> = builders.iter_mut().map(ColumnBuilder::finish).collect();
+        let key = cast(&arrays[self.source.key_index], &DataType::Int64)?;
+        self.after = Some(key.as_primitive::<Int64Type>().value(rows - 1));
         Ok(Some(RecordBatch::try_new(
             self.source.schema.clone(),
             arrays,
