@@ -4,8 +4,9 @@
 //!
 //! Threads take the generator's splits as the framework does (split j on
 //! thread j % p). Copy mode filters, adds `w` and writes Parquet with the
-//! sink's settings; aggregate mode aggregates per thread into a hash map with
-//! row-wise accumulators, merges the maps, and writes one file.
+//! sink's settings; aggregate mode aggregates per thread (into a `Vec`
+//! indexed by key when keys are small, else a hash map) with row-wise
+//! accumulators, merges the partials, and writes one file.
 
 use std::fs::File;
 use std::path::Path;
@@ -83,35 +84,111 @@ pub fn copy(
     Ok(rows)
 }
 
+/// One group's count, sum of v and max of id.
+type Acc = (i64, f64, i64);
+const EMPTY: Acc = (0, 0.0, i64::MIN);
+
+/// Up to this many keys a hand-written loop that knows its keys are small
+/// non-negative integers indexes a `Vec` by key instead of hashing (the
+/// framework's aggregate does the same with its direct key table).
+const DENSE_KEYS: u64 = 4 << 20;
+
+fn add(acc: &mut Acc, id: i64, v: f64) {
+    acc.0 += 1;
+    acc.1 += v;
+    acc.2 = acc.2.max(id);
+}
+
+fn merge(into: &mut Acc, from: Acc) {
+    into.0 += from.0;
+    into.1 += from.1;
+    into.2 = into.2.max(from.2);
+}
+
+/// Feeds thread `t`'s rows, batch by batch, as (id, k, v) slices to `f`.
+fn scan(
+    source: &GeneratorSource,
+    t: usize,
+    p: usize,
+    mut f: impl FnMut(&[i64], &[i64], &[f64]),
+) -> anyhow::Result<()> {
+    for (start, end) in ranges(source, t, p) {
+        let mut at = start;
+        while at < end {
+            let next = (at + BATCH_ROWS).min(end);
+            let batch = source.batch(at, next)?;
+            f(
+                batch.column(0).as_primitive::<Int64Type>().values(),
+                batch.column(1).as_primitive::<Int64Type>().values(),
+                batch.column(2).as_primitive::<Float64Type>().values(),
+            );
+            at = next;
+        }
+    }
+    Ok(())
+}
+
+type Groups = hashbrown::HashMap<i64, Acc, foldhash::fast::RandomState>;
+
+/// One thread's groups.
+enum Partial {
+    /// Indexed by key; a count of 0 is a key not seen.
+    Dense(Vec<Acc>),
+    Hashed(Groups),
+}
+
+/// The threads' groups combined (all partials are of one kind).
+fn merge_partials(partials: Vec<Partial>) -> Partial {
+    let mut partials = partials.into_iter();
+    let first = partials.next().unwrap_or(Partial::Hashed(Groups::default()));
+    partials.fold(first, |into, from| match (into, from) {
+        (Partial::Dense(mut into), Partial::Dense(from)) => {
+            for (into, from) in into.iter_mut().zip(from) {
+                merge(into, from);
+            }
+            Partial::Dense(into)
+        }
+        (Partial::Hashed(mut into), Partial::Hashed(from)) => {
+            for (k, acc) in from {
+                match into.entry(k) {
+                    Entry::Vacant(e) => {
+                        e.insert(acc);
+                    }
+                    Entry::Occupied(mut e) => merge(e.get_mut(), acc),
+                }
+            }
+            Partial::Hashed(into)
+        }
+        _ => unreachable!("every thread picks the same kind of table"),
+    })
+}
+
 /// Aggregate mode, by hand. Returns rows read.
 pub fn aggregate(rows: u64, keys: u64, p: usize, out: &Path) -> anyhow::Result<u64> {
-    type Groups = hashbrown::HashMap<i64, (i64, f64, i64), foldhash::fast::RandomState>;
     std::fs::create_dir_all(out)?;
     let source = GeneratorSource::new(rows, keys);
-    let partials: Vec<Groups> = std::thread::scope(|scope| {
+    let dense = keys <= DENSE_KEYS;
+    let partials: Vec<Partial> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..p)
             .map(|t| {
                 let source = &source;
-                scope.spawn(move || -> anyhow::Result<Groups> {
-                    let mut groups = Groups::default();
-                    for (start, end) in ranges(source, t, p) {
-                        let mut at = start;
-                        while at < end {
-                            let next = (at + BATCH_ROWS).min(end);
-                            let batch = source.batch(at, next)?;
-                            let id = batch.column(0).as_primitive::<Int64Type>().values();
-                            let k = batch.column(1).as_primitive::<Int64Type>().values();
-                            let v = batch.column(2).as_primitive::<Float64Type>().values();
-                            for i in 0..batch.num_rows() {
-                                let acc = groups.entry(k[i]).or_insert((0, 0.0, i64::MIN));
-                                acc.0 += 1;
-                                acc.1 += v[i];
-                                acc.2 = acc.2.max(id[i]);
+                scope.spawn(move || -> anyhow::Result<Partial> {
+                    if dense {
+                        let mut table = vec![EMPTY; keys as usize];
+                        scan(source, t, p, |id, k, v| {
+                            for i in 0..k.len() {
+                                add(&mut table[k[i] as usize], id[i], v[i]);
                             }
-                            at = next;
-                        }
+                        })?;
+                        return Ok(Partial::Dense(table));
                     }
-                    Ok(groups)
+                    let mut groups = Groups::default();
+                    scan(source, t, p, |id, k, v| {
+                        for i in 0..k.len() {
+                            add(groups.entry(k[i]).or_insert(EMPTY), id[i], v[i]);
+                        }
+                    })?;
+                    Ok(Partial::Hashed(groups))
                 })
             })
             .collect();
@@ -120,22 +197,10 @@ pub fn aggregate(rows: u64, keys: u64, p: usize, out: &Path) -> anyhow::Result<u
             .map(|h| h.join().expect("fused thread panicked"))
             .collect::<anyhow::Result<Vec<_>>>()
     })?;
-    let mut merged = Groups::default();
-    for partial in partials {
-        for (k, (count, sum, max)) in partial {
-            match merged.entry(k) {
-                Entry::Vacant(e) => {
-                    e.insert((count, sum, max));
-                }
-                Entry::Occupied(mut e) => {
-                    let acc = e.get_mut();
-                    acc.0 += count;
-                    acc.1 += sum;
-                    acc.2 = acc.2.max(max);
-                }
-            }
-        }
-    }
+    let merged: Vec<(i64, Acc)> = match merge_partials(partials) {
+        Partial::Dense(table) => (0..).zip(table).filter(|(_, acc)| acc.0 > 0).collect(),
+        Partial::Hashed(groups) => groups.into_iter().collect(),
+    };
     let schema = Arc::new(Schema::new(vec![
         Field::new("k", DataType::Int64, true),
         Field::new("count", DataType::Int64, false),
