@@ -140,7 +140,9 @@ enum Partial {
 /// The threads' groups combined (all partials are of one kind).
 fn merge_partials(partials: Vec<Partial>) -> Partial {
     let mut partials = partials.into_iter();
-    let first = partials.next().unwrap_or(Partial::Hashed(Groups::default()));
+    let first = partials
+        .next()
+        .unwrap_or(Partial::Hashed(Groups::default()));
     partials.fold(first, |into, from| match (into, from) {
         (Partial::Dense(mut into), Partial::Dense(from)) => {
             for (into, from) in into.iter_mut().zip(from) {
