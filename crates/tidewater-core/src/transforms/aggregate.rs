@@ -1,9 +1,10 @@
 //! Keyed aggregation: count, sum, min and max per key, vectorised over Arrow arrays.
 //!
 //! Rows are mapped to dense group numbers ([`GroupIndex`]), then each
-//! accumulator runs one tight loop over its input column. The state batch
+//! accumulator runs one tight loop over its input column, into a row-wise
+//! table of every group's values ([`AccumulatorTable`]). The state batch
 //! is the output batch itself (keys, then one column per aggregate), so a
-//! snapshot is a copy of the accumulator vectors and a restore re-inserts the keys.
+//! snapshot is a copy of the accumulator columns and a restore re-inserts the keys.
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use arrow::datatypes::{
 };
 use arrow::record_batch::RecordBatch;
 
+use super::accumulator_table::{AccumulatorTable, Word};
 use super::group_index::GroupIndex;
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator};
@@ -110,26 +112,32 @@ impl AggregateSpec {
     }
 }
 
-/// Per-group values of one aggregate over one numeric type.
+/// One aggregate over one numeric type; its values live in the
+/// [`AccumulatorTable`] at `slot`.
 struct Numeric<T: ArrowPrimitiveType> {
     function: AggregateFunction,
-    values: Vec<T::Native>,
+    slot: usize,
     /// Whether a group got a non-null value (else its output is null).
     seen: Vec<bool>,
     /// Groups not seen yet.
     unseen: usize,
     /// Groups from this index on were added by the last resize.
     fresh_from: usize,
+    _type: std::marker::PhantomData<T>,
 }
 
-impl<T: ArrowPrimitiveType> Numeric<T> {
-    fn new(function: AggregateFunction) -> Self {
+impl<T: ArrowPrimitiveType> Numeric<T>
+where
+    T::Native: Word,
+{
+    fn new(function: AggregateFunction, slot: usize) -> Self {
         Numeric {
             function,
-            values: Vec::new(),
+            slot,
             seen: Vec::new(),
             unseen: 0,
             fresh_from: 0,
+            _type: std::marker::PhantomData,
         }
     }
 
@@ -144,22 +152,29 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
     }
 
     fn resize(&mut self, groups: usize) {
-        let identity = self.identity();
-        self.fresh_from = self.values.len();
-        self.values.resize(groups, identity);
+        self.fresh_from = self.seen.len();
         self.seen.resize(groups, false);
         self.unseen += groups - self.fresh_from;
     }
 
-    fn update(&mut self, groups: &[u32], input: &PrimitiveArray<T>, output: &str) -> Result<()> {
+    fn update(
+        &mut self,
+        table: &mut AccumulatorTable,
+        groups: &[u32],
+        input: &PrimitiveArray<T>,
+        output: &str,
+    ) -> Result<()> {
         let nulls = input.nulls().filter(|n| n.null_count() > 0);
+        let (cells, shift) = table.cells();
+        let cell = Cell { shift, slot: self.slot };
         // Without nulls, every row's group gets a value. When only the groups
         // this batch added are unseen, they are exactly the ones it sees: mark
         // them in bulk and keep the per-row loops free of `seen` writes.
-        if nulls.is_none() && self.unseen == self.values.len() - self.fresh_from {
+        if nulls.is_none() && self.unseen == self.seen.len() - self.fresh_from {
             fold::<T>(
                 self.function,
-                &mut self.values,
+                cells,
+                cell,
                 groups,
                 input.values(),
                 output,
@@ -173,7 +188,8 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
         let mut newly_seen = 0;
         fold::<T>(
             self.function,
-            &mut self.values,
+            cells,
+            cell,
             groups,
             input.values(),
             output,
@@ -190,15 +206,13 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
         Ok(())
     }
 
-    fn to_array(&self) -> ArrayRef {
+    fn to_array(&self, table: &AccumulatorTable) -> ArrayRef {
         let nulls = NullBuffer::new(BooleanBuffer::from(self.seen.as_slice()));
-        Arc::new(PrimitiveArray::<T>::new(
-            self.values.clone().into(),
-            Some(nulls),
-        ))
+        let values: Vec<T::Native> = table.column(self.slot);
+        Arc::new(PrimitiveArray::<T>::new(values.into(), Some(nulls)))
     }
 
-    fn restore(&mut self, array: &ArrayRef) -> Result<()> {
+    fn restore(&mut self, table: &mut AccumulatorTable, array: &ArrayRef) -> Result<()> {
         let array = array.as_primitive_opt::<T>().ok_or_else(|| {
             Error::Corrupt(format!(
                 "aggregate state column has type {}",
@@ -209,55 +223,83 @@ impl<T: ArrowPrimitiveType> Numeric<T> {
         self.seen = (0..array.len()).map(|i| array.is_valid(i)).collect();
         self.unseen = self.seen.iter().filter(|seen| !**seen).count();
         self.fresh_from = array.len();
-        self.values = array
-            .values()
-            .iter()
-            .zip(&self.seen)
-            .map(|(v, seen)| if *seen { *v } else { identity })
-            .collect();
+        table.set_column(
+            self.slot,
+            array
+                .values()
+                .iter()
+                .zip(&self.seen)
+                .map(|(v, seen)| if *seen { *v } else { identity }),
+        );
         Ok(())
     }
 }
 
-/// Folds `input` into the groups' `values` with `function`, for the rows
-/// that `take(row, group)` accepts (it also notes which groups it saw). The
+/// Where one accumulator's value of a group is in the table's words.
+#[derive(Clone, Copy)]
+struct Cell {
+    shift: u32,
+    slot: usize,
+}
+
+impl Cell {
+    #[inline]
+    fn of(self, group: usize) -> usize {
+        (group << self.shift) | self.slot
+    }
+}
+
+/// Folds `input` into the groups' cells with `function`, for the rows that
+/// `take(row, group)` accepts (it also notes which groups it saw). The
 /// all-valid case passes `|_, _| true` and compiles to loops without checks.
 fn fold<T: ArrowPrimitiveType>(
     function: AggregateFunction,
-    values: &mut [T::Native],
+    cells: &mut [u64],
+    cell: Cell,
     groups: &[u32],
     input: &[T::Native],
     output: &str,
     mut take: impl FnMut(usize, usize) -> bool,
-) -> Result<()> {
+) -> Result<()>
+where
+    T::Native: Word,
+{
     let rows = groups.iter().zip(input).enumerate();
     match function {
         AggregateFunction::Sum => {
             for (i, (group, value)) in rows {
                 let g = *group as usize;
                 if take(i, g) {
-                    values[g] = values[g].add_checked(*value).map_err(|_| {
+                    let at = &mut cells[cell.of(g)];
+                    let sum = T::Native::from_word(*at).add_checked(*value).map_err(|_| {
                         Error::BadInput(format!(
                             "sum into '{output}' overflowed {}: aggregate a wider type",
                             T::DATA_TYPE
                         ))
                     })?;
+                    *at = sum.to_word();
                 }
             }
         }
         AggregateFunction::Min => {
             for (i, (group, value)) in rows {
                 let g = *group as usize;
-                if take(i, g) && value.is_lt(values[g]) {
-                    values[g] = *value;
+                if take(i, g) {
+                    let at = &mut cells[cell.of(g)];
+                    if value.is_lt(T::Native::from_word(*at)) {
+                        *at = value.to_word();
+                    }
                 }
             }
         }
         AggregateFunction::Max => {
             for (i, (group, value)) in rows {
                 let g = *group as usize;
-                if take(i, g) && value.is_gt(values[g]) {
-                    values[g] = *value;
+                if take(i, g) {
+                    let at = &mut cells[cell.of(g)];
+                    if value.is_gt(T::Native::from_word(*at)) {
+                        *at = value.to_word();
+                    }
                 }
             }
         }
@@ -266,14 +308,33 @@ fn fold<T: ArrowPrimitiveType>(
     Ok(())
 }
 
+/// One aggregate; its values are in the [`AccumulatorTable`].
 enum Accumulator {
-    CountRows(Vec<i64>),
-    CountValues(Vec<i64>),
+    CountRows(usize),
+    CountValues(usize),
     Int(Numeric<Int64Type>),
     Float(Numeric<Float64Type>),
 }
 
 impl Accumulator {
+    /// The accumulator for `function` over an input of `input_type` (after
+    /// the cast to Int64 or Float64), at table slot `slot`; `None` when the
+    /// type cannot be aggregated.
+    fn for_type(
+        function: AggregateFunction,
+        has_column: bool,
+        input_type: &DataType,
+        slot: usize,
+    ) -> Option<Self> {
+        Some(match (function, has_column) {
+            (AggregateFunction::Count, false) => Accumulator::CountRows(slot),
+            (AggregateFunction::Count, true) => Accumulator::CountValues(slot),
+            _ if input_type.is_integer() => Accumulator::Int(Numeric::new(function, slot)),
+            _ if input_type.is_floating() => Accumulator::Float(Numeric::new(function, slot)),
+            _ => return None,
+        })
+    }
+
     fn output_type(&self) -> DataType {
         match self {
             Accumulator::CountRows(_) | Accumulator::CountValues(_) | Accumulator::Int(_) => {
@@ -283,56 +344,77 @@ impl Accumulator {
         }
     }
 
+    /// The word a new group starts with.
+    fn identity(&self) -> u64 {
+        match self {
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) => 0,
+            Accumulator::Int(n) => n.identity().to_word(),
+            Accumulator::Float(n) => n.identity().to_word(),
+        }
+    }
+
     fn resize(&mut self, groups: usize) {
         match self {
-            Accumulator::CountRows(v) | Accumulator::CountValues(v) => v.resize(groups, 0),
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) => {}
             Accumulator::Int(n) => n.resize(groups),
             Accumulator::Float(n) => n.resize(groups),
         }
     }
 
-    fn update(&mut self, groups: &[u32], input: Option<&ArrayRef>, output: &str) -> Result<()> {
+    fn update(
+        &mut self,
+        table: &mut AccumulatorTable,
+        groups: &[u32],
+        input: Option<&ArrayRef>,
+        output: &str,
+    ) -> Result<()> {
         match (self, input) {
-            (Accumulator::CountRows(counts), _) => {
+            (Accumulator::CountRows(slot), _) => {
+                let (cells, shift) = table.cells();
+                let cell = Cell { shift, slot: *slot };
                 for group in groups {
-                    counts[*group as usize] += 1;
+                    cells[cell.of(*group as usize)] += 1;
                 }
             }
-            (Accumulator::CountValues(counts), Some(input)) => {
+            (Accumulator::CountValues(slot), Some(input)) => {
+                let (cells, shift) = table.cells();
+                let cell = Cell { shift, slot: *slot };
                 for (i, group) in groups.iter().enumerate() {
-                    counts[*group as usize] += i64::from(input.is_valid(i));
+                    cells[cell.of(*group as usize)] += u64::from(input.is_valid(i));
                 }
             }
-            (Accumulator::Int(n), Some(input)) => n.update(groups, input.as_primitive(), output)?,
+            (Accumulator::Int(n), Some(input)) => {
+                n.update(table, groups, input.as_primitive(), output)?
+            }
             (Accumulator::Float(n), Some(input)) => {
-                n.update(groups, input.as_primitive(), output)?
+                n.update(table, groups, input.as_primitive(), output)?
             }
             _ => return Err(Error::Internal("aggregate input column missing".into())),
         }
         Ok(())
     }
 
-    fn to_array(&self) -> ArrayRef {
+    fn to_array(&self, table: &AccumulatorTable) -> ArrayRef {
         match self {
-            Accumulator::CountRows(v) | Accumulator::CountValues(v) => {
-                Arc::new(PrimitiveArray::<Int64Type>::new(v.clone().into(), None))
-            }
-            Accumulator::Int(n) => n.to_array(),
-            Accumulator::Float(n) => n.to_array(),
+            Accumulator::CountRows(slot) | Accumulator::CountValues(slot) => Arc::new(
+                PrimitiveArray::<Int64Type>::new(table.column::<i64>(*slot).into(), None),
+            ),
+            Accumulator::Int(n) => n.to_array(table),
+            Accumulator::Float(n) => n.to_array(table),
         }
     }
 
-    fn restore(&mut self, array: &ArrayRef) -> Result<()> {
+    fn restore(&mut self, table: &mut AccumulatorTable, array: &ArrayRef) -> Result<()> {
         match self {
-            Accumulator::CountRows(v) | Accumulator::CountValues(v) => {
+            Accumulator::CountRows(slot) | Accumulator::CountValues(slot) => {
                 let array = array.as_primitive_opt::<Int64Type>().ok_or_else(|| {
                     Error::Corrupt(format!("count state column has type {}", array.data_type()))
                 })?;
-                *v = array.values().to_vec();
+                table.set_column(*slot, array.values().iter().copied());
                 Ok(())
             }
-            Accumulator::Int(n) => n.restore(array),
-            Accumulator::Float(n) => n.restore(array),
+            Accumulator::Int(n) => n.restore(table, array),
+            Accumulator::Float(n) => n.restore(table, array),
         }
     }
 }
@@ -349,7 +431,20 @@ struct Layout {
 struct Groups {
     index: GroupIndex,
     accumulators: Vec<Accumulator>,
+    table: AccumulatorTable,
     schema: SchemaRef,
+}
+
+impl Groups {
+    fn new(index: GroupIndex, accumulators: Vec<Accumulator>, schema: SchemaRef) -> Self {
+        let identities: Vec<u64> = accumulators.iter().map(Accumulator::identity).collect();
+        Groups {
+            index,
+            table: AccumulatorTable::new(&identities),
+            accumulators,
+            schema,
+        }
+    }
 }
 
 /// The keyed aggregation operator (see [`KeyedStream::aggregate`](crate::KeyedStream::aggregate)).
@@ -407,17 +502,28 @@ impl AggregateOperator {
         for expr in &self.spec.exprs {
             let index = expr.column.as_deref().map(index_of).transpose()?;
             let source_type = index.map(|i| input.field(i).data_type().clone());
+            let slot = accumulators.len();
             let (accumulator, cast_to) = match (expr.function, source_type) {
-                (AggregateFunction::Count, None) => (Accumulator::CountRows(Vec::new()), None),
-                (AggregateFunction::Count, Some(_)) => (Accumulator::CountValues(Vec::new()), None),
-                (function, Some(t)) if t.is_integer() => (
-                    Accumulator::Int(Numeric::new(function)),
-                    Some(DataType::Int64),
+                (AggregateFunction::Count, source) => (
+                    Accumulator::for_type(
+                        AggregateFunction::Count,
+                        source.is_some(),
+                        &DataType::Int64,
+                        slot,
+                    )
+                    .expect("count takes any column"),
+                    None,
                 ),
-                (function, Some(t)) if t.is_floating() => (
-                    Accumulator::Float(Numeric::new(function)),
-                    Some(DataType::Float64),
-                ),
+                (function, Some(t)) if t.is_integer() || t.is_floating() => {
+                    let to = if t.is_integer() {
+                        DataType::Int64
+                    } else {
+                        DataType::Float64
+                    };
+                    let accumulator =
+                        Accumulator::for_type(function, true, &to, slot).expect("numeric");
+                    (accumulator, Some(to))
+                }
                 (function, Some(t)) => {
                     return Err(Error::BadInput(format!(
                         "aggregate '{}': {function:?} needs an integer or floating-point column, \
@@ -452,11 +558,11 @@ impl AggregateOperator {
             input_indices,
             input_types,
         };
-        let groups = Groups {
-            index: GroupIndex::new(&key_types)?,
+        let groups = Groups::new(
+            GroupIndex::new(&key_types)?,
             accumulators,
-            schema: Arc::new(Schema::new(fields)),
-        };
+            Arc::new(Schema::new(fields)),
+        );
         Ok((layout, groups))
     }
 
@@ -465,7 +571,12 @@ impl AggregateOperator {
             return Ok(None);
         };
         let mut columns = groups.index.key_columns()?;
-        columns.extend(groups.accumulators.iter().map(Accumulator::to_array));
+        columns.extend(
+            groups
+                .accumulators
+                .iter()
+                .map(|a| a.to_array(&groups.table)),
+        );
         Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
     }
 }
@@ -497,6 +608,7 @@ impl Operator for AggregateOperator {
             .collect();
         groups.index.assign(&keys, &mut self.scratch)?;
         let n_groups = groups.index.len();
+        groups.table.resize(n_groups);
         for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
             accumulator.resize(n_groups);
             let input = match (layout.input_indices[i], &layout.input_types[i]) {
@@ -506,7 +618,12 @@ impl Operator for AggregateOperator {
                 (Some(index), _) => Some(batch.column(index).clone()),
                 (None, _) => None,
             };
-            accumulator.update(&self.scratch, input.as_ref(), &self.spec.exprs[i].output)?;
+            accumulator.update(
+                &mut groups.table,
+                &self.scratch,
+                input.as_ref(),
+                &self.spec.exprs[i].output,
+            )?;
         }
         Ok(())
     }
@@ -550,27 +667,23 @@ impl Operator for AggregateOperator {
         let mut accumulators = Vec::new();
         for (i, expr) in self.spec.exprs.iter().enumerate() {
             let state_type = schema.field(n_keys + i).data_type();
-            let mut accumulator = match (expr.function, expr.column.is_some(), state_type) {
-                (AggregateFunction::Count, false, _) => Accumulator::CountRows(Vec::new()),
-                (AggregateFunction::Count, true, _) => Accumulator::CountValues(Vec::new()),
-                (function, _, DataType::Int64) => Accumulator::Int(Numeric::new(function)),
-                (function, _, DataType::Float64) => Accumulator::Float(Numeric::new(function)),
-                (_, _, other) => {
-                    return Err(Error::Corrupt(format!(
-                        "aggregate state column '{}' has type {other}",
-                        expr.output
-                    )));
-                }
-            };
-            accumulator.restore(state.column(n_keys + i))?;
+            let accumulator =
+                Accumulator::for_type(expr.function, expr.column.is_some(), state_type, i)
+                    .ok_or_else(|| {
+                        Error::Corrupt(format!(
+                            "aggregate state column '{}' has type {state_type}",
+                            expr.output
+                        ))
+                    })?;
             accumulators.push(accumulator);
         }
+        let mut groups = Groups::new(index, accumulators, schema);
+        groups.table.resize(state.num_rows());
+        for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
+            accumulator.restore(&mut groups.table, state.column(n_keys + i))?;
+        }
         self.layout = None;
-        self.groups = Some(Groups {
-            index,
-            accumulators,
-            schema,
-        });
+        self.groups = Some(groups);
         Ok(())
     }
 }
