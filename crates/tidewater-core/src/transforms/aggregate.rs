@@ -19,6 +19,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::accumulator_table::{AccumulatorTable, Word};
 use super::group_index::GroupIndex;
+use super::prefetch::{LOOKAHEAD, prefetch};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator};
 
@@ -166,7 +167,10 @@ where
     ) -> Result<()> {
         let nulls = input.nulls().filter(|n| n.null_count() > 0);
         let (cells, shift) = table.cells();
-        let cell = Cell { shift, slot: self.slot };
+        let cell = Cell {
+            shift,
+            slot: self.slot,
+        };
         // Without nulls, every row's group gets a value. When only the groups
         // this batch added are unseen, they are exactly the ones it sees: mark
         // them in bulk and keep the per-row loops free of `seen` writes.
@@ -247,6 +251,14 @@ impl Cell {
     fn of(self, group: usize) -> usize {
         (group << self.shift) | self.slot
     }
+
+    /// Prefetches the cell of the group `LOOKAHEAD` rows after row `i`.
+    #[inline(always)]
+    fn prefetch_ahead(self, cells: &[u64], groups: &[u32], i: usize) {
+        if let Some(&ahead) = groups.get(i + LOOKAHEAD) {
+            prefetch(cells, self.of(ahead as usize));
+        }
+    }
 }
 
 /// Folds `input` into the groups' cells with `function`, for the rows that
@@ -268,6 +280,7 @@ where
     match function {
         AggregateFunction::Sum => {
             for (i, (group, value)) in rows {
+                cell.prefetch_ahead(cells, groups, i);
                 let g = *group as usize;
                 if take(i, g) {
                     let at = &mut cells[cell.of(g)];
@@ -283,6 +296,7 @@ where
         }
         AggregateFunction::Min => {
             for (i, (group, value)) in rows {
+                cell.prefetch_ahead(cells, groups, i);
                 let g = *group as usize;
                 if take(i, g) {
                     let at = &mut cells[cell.of(g)];
@@ -294,6 +308,7 @@ where
         }
         AggregateFunction::Max => {
             for (i, (group, value)) in rows {
+                cell.prefetch_ahead(cells, groups, i);
                 let g = *group as usize;
                 if take(i, g) {
                     let at = &mut cells[cell.of(g)];
@@ -372,7 +387,8 @@ impl Accumulator {
             (Accumulator::CountRows(slot), _) => {
                 let (cells, shift) = table.cells();
                 let cell = Cell { shift, slot: *slot };
-                for group in groups {
+                for (i, group) in groups.iter().enumerate() {
+                    cell.prefetch_ahead(cells, groups, i);
                     cells[cell.of(*group as usize)] += 1;
                 }
             }
@@ -380,6 +396,7 @@ impl Accumulator {
                 let (cells, shift) = table.cells();
                 let cell = Cell { shift, slot: *slot };
                 for (i, group) in groups.iter().enumerate() {
+                    cell.prefetch_ahead(cells, groups, i);
                     cells[cell.of(*group as usize)] += u64::from(input.is_valid(i));
                 }
             }

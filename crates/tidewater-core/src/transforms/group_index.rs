@@ -8,6 +8,7 @@ use arrow::row::{RowConverter, SortField};
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 
+use super::prefetch::{LOOKAHEAD, prefetch};
 use crate::error::Result;
 
 /// The direct table's largest size (16 MiB of slots).
@@ -84,7 +85,11 @@ impl GroupIndex {
                 groups.reserve(column.len());
                 let mut next = next;
                 let has_nulls = column.null_count() > 0;
-                for (i, &key) in column.values().iter().enumerate() {
+                let values = column.values();
+                for (i, &key) in values.iter().enumerate() {
+                    if let Some(&ahead) = values.get(i + LOOKAHEAD) {
+                        prefetch(dense, ahead as usize);
+                    }
                     if has_nulls && column.is_null(i) {
                         let group = *null_group.get_or_insert_with(|| {
                             next += 1;

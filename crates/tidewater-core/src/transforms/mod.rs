@@ -1,6 +1,7 @@
 //! Built-in operators.
 
-pub mod aggregate;
 pub(crate) mod accumulator_table;
+pub mod aggregate;
 pub(crate) mod group_index;
+pub(crate) mod prefetch;
 pub(crate) mod stateless;
