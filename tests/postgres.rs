@@ -475,8 +475,7 @@ async fn every_mapped_type_reads_exactly_and_an_unsupported_one_is_named() {
     let err = PostgresSource::builder(&db.url, "t", "id")
         .build()
         .await
-        .err()
-        .expect("tsvector must be refused");
+        .expect_err("tsvector must be refused");
     let message = err.to_string();
     assert!(
         message.contains("'q'") && message.contains("tsvector"),
