@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the figures in docs/benchmarks.md (about 20 minutes on 2 quiet cores).
+# Reproduces the figures in docs/benchmarks.md (about 30 minutes on 2 quiet cores).
 #
 #   bash scripts/bench.sh            # everything
 #   bash scripts/bench.sh headline   # the interval study only
@@ -18,9 +18,9 @@ cargo build --release --examples
 bench() { cargo run --release --quiet --example bench -- interval "$@"; }
 
 if [[ $what == all || $what == headline ]]; then
-  # Long runs (~30 s each): every interval takes several checkpoints per run.
-  bench --mode aggregate --rows "${INTERVAL_ROWS:-200000000}" --keys 1000000 --parallelism 2 \
-    --intervals off,500ms,1s,5s,10s --repeat 3 --crashes 3 \
+  # Long runs (~25 s each): a 10 s interval checkpoints twice per run.
+  bench --mode aggregate --rows "${INTERVAL_ROWS:-600000000}" --keys 1000000 --parallelism 2 \
+    --intervals "${INTERVALS:-off,1s,10s}" --repeat 5 --crashes 2 \
     --out-dir "$out/headline-aggregate-1m-p2" | tee "$out/headline.txt"
 fi
 

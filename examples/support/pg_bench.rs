@@ -38,6 +38,47 @@ pub struct PgArgs {
     /// Where results go.
     #[arg(long, default_value = "bench-results/pg")]
     out_dir: PathBuf,
+    /// A streaming replica of `--url` on the same machine (scripts/pg.sh
+    /// starts one). Its WAL replay is paused while a contender is timed and
+    /// caught up between contenders, so no contender pays for it: in
+    /// production the replica replays on a machine of its own.
+    #[arg(long, env = "TIDEWATER_PG_REPLICA")]
+    replica_url: Option<String>,
+}
+
+/// Pauses WAL replay on the replica, if there is one.
+async fn pause_replay(replica: Option<&mut PgConnection>) -> anyhow::Result<()> {
+    if let Some(replica) = replica {
+        execute(replica, "SELECT pg_wal_replay_pause()").await?;
+    }
+    Ok(())
+}
+
+/// Resumes replay on the replica and waits until it replayed everything the
+/// primary wrote so far.
+async fn catch_up(
+    primary: &mut PgConnection,
+    replica: Option<&mut PgConnection>,
+) -> anyhow::Result<()> {
+    let Some(replica) = replica else {
+        return Ok(());
+    };
+    let target: String = sqlx::query("SELECT pg_current_wal_lsn()::text")
+        .fetch_one(&mut *primary)
+        .await?
+        .get(0);
+    execute(replica, "SELECT pg_wal_replay_resume()").await?;
+    loop {
+        let caught_up: bool = sqlx::query("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn")
+            .bind(&target)
+            .fetch_one(&mut *replica)
+            .await?
+            .get(0);
+        if caught_up {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 const SERVER_UPSERT: &str = "INSERT INTO dst (id, k, v, s, w) \
@@ -305,15 +346,23 @@ pub fn pg_bench(args: PgArgs) -> anyhow::Result<()> {
         }
     }
     let payload = runtime.block_on(copy_payload(&mut conn))?;
+    let mut replica = match &args.replica_url {
+        Some(url) => Some(runtime.block_on(connect(url))?),
+        None => None,
+    };
+    let mut per_round: Vec<[f64; 5]> = Vec::new();
     let mut seconds: Vec<Vec<f64>> = vec![Vec::new(); CONTENDERS.len()];
     let mut written = 0i64;
     let mut csv = String::from("round,contender,seconds,rows_per_second\n");
     for round in 0..args.repeat {
+        per_round.push([0.0; 5]);
         for turn in 0..CONTENDERS.len() {
             let which = (turn + round) % CONTENDERS.len();
             let scratch = tempfile::tempdir_in(&args.out_dir)?;
             let took = runtime.block_on(async {
                 reset(&mut conn).await?;
+                catch_up(&mut conn, replica.as_mut()).await?;
+                pause_replay(replica.as_mut()).await?;
                 let took = match which {
                     0 => tidewater(&args, "exactly-once", scratch.path())?,
                     1 => tidewater(&args, "upsert", scratch.path())?,
@@ -323,6 +372,7 @@ pub fn pg_bench(args: PgArgs) -> anyhow::Result<()> {
                 };
                 let table = if which == 3 { "dst_copy" } else { "dst" };
                 written = count(&mut conn, table).await?;
+                catch_up(&mut conn, replica.as_mut()).await?;
                 anyhow::Ok(took)
             })?;
             let rate = written as f64 / took;
@@ -333,7 +383,17 @@ pub fn pg_bench(args: PgArgs) -> anyhow::Result<()> {
             );
             csv += &format!("{round},{},{took:.3},{rate:.0}\n", CONTENDERS[which]);
             seconds[which].push(took);
+            per_round[round][which] = took;
         }
+    }
+    for (round, took) in per_round.iter().enumerate() {
+        println!(
+            "round {round}: exactly-once / raw COPY {:.2}; exactly-once / hand loop {:.2}; \
+             upsert / server-side upsert {:.2}",
+            took[3] / took[0],
+            took[2] / took[0],
+            took[4] / took[1]
+        );
     }
     std::fs::write(args.out_dir.join("pg.csv"), csv)?;
     let rates: Vec<f64> = seconds

@@ -71,7 +71,8 @@ pub(crate) fn validate_uid(uid: &str) -> Result<()> {
 }
 
 /// Cuts the graph into chains: a node joins its input's chain when the edge is
-/// Forward, the parallelism is equal, and it is that input's only consumer.
+/// Forward (or a hash edge between two single subtasks), the parallelism is
+/// equal, and it is that input's only consumer.
 pub(crate) fn plan_chains(nodes: &[Node], parallelism: &[usize]) -> Vec<ChainPlan> {
     let mut consumers = vec![0usize; nodes.len()];
     for node in nodes {
@@ -84,8 +85,17 @@ pub(crate) fn plan_chains(nodes: &[Node], parallelism: &[usize]) -> Vec<ChainPla
     for (id, node) in nodes.iter().enumerate() {
         let chainable = match node.inputs.as_slice() {
             [edge] => {
-                edge.partitioning == Partitioning::Forward
-                    && edge.projection.is_none()
+                let one_to_one = match edge.partitioning {
+                    Partitioning::Forward => edge.projection.is_none(),
+                    // With one subtask on each side every key goes to subtask
+                    // 0: the edge is a forward edge, and a channel hop would
+                    // only make the two tasks hand batches to each other. Its
+                    // projection only trims what an aggregate (which reads
+                    // its columns by name) is sent across a shuffle.
+                    Partitioning::Hash(_) => parallelism[id] == 1,
+                    Partitioning::Rebalance => false,
+                };
+                one_to_one
                     && parallelism[edge.from] == parallelism[id]
                     && consumers[edge.from] == 1
                     && !matches!(nodes[edge.from].body, NodeBody::Sink(_))

@@ -110,6 +110,10 @@ impl Route {
                 *next = (*next + 1) % senders.len();
                 deliver(&senders[*next], Message::Batch(batch)).await
             }
+            // One downstream subtask owns every key: nothing to hash.
+            Router::Hash { senders, .. } if senders.len() == 1 => {
+                deliver(&senders[0], Message::Batch(batch)).await
+            }
             Router::Hash {
                 senders,
                 columns,
