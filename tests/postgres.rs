@@ -166,13 +166,18 @@ impl Db {
     }
 }
 
-/// Rows the backfill has read, from its status file (0 before the first write).
-fn rows_read(status: &Path) -> u64 {
+/// A field of the backfill's status file (`Null` before the first write).
+fn status_field(status: &Path, field: &str) -> serde_json::Value {
     std::fs::read(status)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-        .and_then(|v| v["rows_read"].as_u64())
-        .unwrap_or(0)
+        .map(|v| v[field].clone())
+        .unwrap_or_default()
+}
+
+/// Rows the backfill has read, from its status file (0 before the first write).
+fn rows_read(status: &Path) -> u64 {
+    status_field(status, "rows_read").as_u64().unwrap_or(0)
 }
 
 /// Where a child's stderr goes: a pipe nobody reads until the end would fill
@@ -307,12 +312,19 @@ fn replica_lag_pauses_the_backfill_until_the_replica_catches_up() {
     }
     // Within two polling intervals the source stops; then it must stay stopped.
     std::thread::sleep(poll * 2 + Duration::from_millis(300));
-    let stopped_at = rows_read();
+    let throttled = || status_field(&status, "throttled_s").as_f64().unwrap_or(0.0);
+    let (stopped_at, throttled_before) = (rows_read(), throttled());
     std::thread::sleep(Duration::from_secs(2));
     let still = rows_read();
     assert_eq!(
         stopped_at, still,
         "the backfill kept reading while the replica lagged"
+    );
+    // The pause shows in the metrics: time held by throttles keeps growing.
+    let held = throttled() - throttled_before;
+    assert!(
+        held >= 1.5,
+        "throttled_s grew by {held:.2} s in 2 s of a paused source"
     );
     assert!(
         stopped_at < rows,

@@ -152,6 +152,8 @@ fn status_json(p: &ProgressSnapshot) -> serde_json::Value {
         "exposure_rows": p.exposure_rows,
         "elapsed_s": p.elapsed.as_secs_f64(),
         "first_batch_s": p.first_batch_after.map(|d| d.as_secs_f64()),
+        "throttled_s": p.throttled.as_secs_f64(),
+        "throttled_sources": p.throttled_sources,
     })
 }
 
@@ -192,8 +194,13 @@ pub fn summary_json(
 /// The progress line: rows, rate, checkpoints, and what a crash now would redo.
 pub fn progress_line(p: &ProgressSnapshot) -> String {
     let rate = p.rows_read as f64 / p.elapsed.as_secs_f64().max(1e-3);
+    let throttled = match (p.throttled_sources, p.throttled.as_secs_f64()) {
+        (0, s) if s < 0.1 => String::new(),
+        (0, s) => format!(", throttled {s:.1} s"),
+        (n, s) => format!(", throttled {s:.1} s ({n} sources waiting now)"),
+    };
     format!(
-        "{}/{} rows, {:.2}M rows/s, {} checkpoints (last #{}, {} ms), {} rows since",
+        "{}/{} rows, {:.2}M rows/s, {} checkpoints (last #{}, {} ms), {} rows since{throttled}",
         p.rows_read,
         p.rows_total,
         rate / 1e6,

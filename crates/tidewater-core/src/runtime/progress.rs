@@ -1,7 +1,7 @@
 //! Live counters of a running job, shared with its handle.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::CheckpointKind;
@@ -33,6 +33,11 @@ pub struct Progress {
     last_checkpoint_ms: AtomicU64,
     /// Milliseconds from start to the first batch a source emitted, plus one (0: none yet).
     first_batch_ms: AtomicU64,
+    /// Microseconds source subtasks waited on throttles, summed over subtasks
+    /// (a wait is added when it ends or a checkpoint interrupts it).
+    throttled_us: AtomicU64,
+    /// Source subtasks waiting on a throttle right now.
+    throttled_sources: Arc<AtomicU64>,
     history: Mutex<Vec<CheckpointStats>>,
 }
 
@@ -59,6 +64,20 @@ pub struct ProgressSnapshot {
     pub elapsed: Duration,
     /// Time from start to the first batch read in this run (after any restore).
     pub first_batch_after: Option<Duration>,
+    /// Time source subtasks spent held by their throttles (rate limit,
+    /// replica lag), summed over subtasks: a throttled job shows it growing.
+    pub throttled: Duration,
+    /// Source subtasks waiting on a throttle at this moment.
+    pub throttled_sources: u64,
+}
+
+/// Counts a source subtask as throttled while it lives.
+pub(crate) struct ThrottleWait(Arc<AtomicU64>);
+
+impl Drop for ThrottleWait {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Progress {
@@ -74,6 +93,8 @@ impl Progress {
             last_checkpoint_at_ms: AtomicU64::new(0),
             last_checkpoint_ms: AtomicU64::new(0),
             first_batch_ms: AtomicU64::new(0),
+            throttled_us: AtomicU64::new(0),
+            throttled_sources: Arc::new(AtomicU64::new(0)),
             history: Mutex::new(Vec::new()),
         }
     }
@@ -90,6 +111,17 @@ impl Progress {
     /// Every checkpoint completed in this run, oldest first.
     pub fn checkpoint_history(&self) -> Vec<CheckpointStats> {
         self.history.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+
+    /// Marks one source subtask as waiting on its throttles until the guard drops.
+    pub(crate) fn throttle_wait(&self) -> ThrottleWait {
+        self.throttled_sources.fetch_add(1, Ordering::Relaxed);
+        ThrottleWait(self.throttled_sources.clone())
+    }
+
+    pub(crate) fn add_throttled(&self, waited: Duration) {
+        self.throttled_us
+            .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
     }
 
     pub(crate) fn add_read(&self, rows: u64) {
@@ -152,6 +184,8 @@ impl Progress {
                 0 => None,
                 ms => Some(Duration::from_millis(ms - 1)),
             },
+            throttled: Duration::from_micros(self.throttled_us.load(Ordering::Relaxed)),
+            throttled_sources: self.throttled_sources.load(Ordering::Relaxed),
         }
     }
 }

@@ -350,6 +350,8 @@ impl SourceTask {
 
             if !self.throttles.is_empty() {
                 // A throttled source still answers checkpoints and cancels.
+                let began = tokio::time::Instant::now();
+                let held = self.core.progress.throttle_wait();
                 let waited = {
                     let throttles = &self.throttles;
                     let control = &mut self.control;
@@ -358,6 +360,8 @@ impl SourceTask {
                         message = control.recv() => Some(message),
                     }
                 };
+                drop(held);
+                self.core.progress.add_throttled(began.elapsed());
                 match waited {
                     None => {}
                     Some(None) => return Ok(()),
