@@ -224,7 +224,11 @@ fn crash_until_exact(db: &Db, mode: &str, rows: u64, kills: usize, fresh_dst: &s
         assert!(output.status.success(), "a run failed:\n{}", text(&output));
         db.assert_dst_exact(rows);
         assert_eq!(
-            one(&db.url, "SELECT count(*) FROM pg_prepared_xacts"),
+            // Only this test's database: the other tests run at the same time.
+            one(
+                &db.url,
+                "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()"
+            ),
             "0",
             "prepared transactions left behind"
         );
@@ -414,7 +418,7 @@ fn lost_connections_are_recovered_and_the_output_is_exact() {
             "DROP TABLE IF EXISTS dst; TRUNCATE tidewater_commits",
         );
         let state = tempfile::tempdir().unwrap();
-        let (child, status) =
+        let (mut child, status) =
             db.spawn_with_status(state.path(), mode, &["--rows-per-second", "60000"]);
         // Twice mid-run: cut every client connection of this database (source and sink).
         for threshold in [60_000u64, 150_000] {
@@ -424,9 +428,16 @@ fn lost_connections_are_recovered_and_the_output_is_exact() {
                 if read >= threshold {
                     break;
                 }
+                if let Some(exit) = child.try_wait().unwrap() {
+                    panic!(
+                        "{mode}: the job ended ({exit}) before {threshold} rows:\n{}",
+                        read_log(state.path())
+                    );
+                }
                 assert!(
                     start.elapsed() < Duration::from_secs(60),
-                    "no progress to {threshold}"
+                    "{mode}: no progress to {threshold}:\n{}",
+                    read_log(state.path())
                 );
                 std::thread::sleep(Duration::from_millis(20));
             }

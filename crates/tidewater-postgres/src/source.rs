@@ -20,6 +20,9 @@ use crate::decode::{ColumnBuilder, decode_copy};
 use crate::errors::{db_error, is_connection_error, user_error};
 use crate::schema::{PgColumn, describe, quote_ident, quote_table};
 
+/// The last two bytes of every complete binary COPY stream (a field count of -1).
+const COPY_TRAILER: [u8; 2] = [0xff, 0xff];
+
 /// How often a read is retried after the connection dropped.
 const READ_RETRIES: u32 = 5;
 
@@ -364,6 +367,14 @@ impl PostgresReader {
         let mut payload = BytesMut::new();
         while let Some(chunk) = stream.try_next().await? {
             payload.extend_from_slice(&chunk);
+        }
+        // A connection cut mid-COPY can end the stream without an error:
+        // without its trailer the payload is incomplete, and reading again is safe.
+        if !payload.ends_with(&COPY_TRAILER) {
+            return Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the COPY stream ended before its trailer",
+            )));
         }
         Ok(payload)
     }
