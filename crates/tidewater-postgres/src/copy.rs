@@ -12,6 +12,11 @@ use arrow::record_batch::RecordBatch;
 
 use crate::schema::PgColumn;
 
+/// The signature every binary COPY stream starts with.
+pub const COPY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
+/// The last two bytes of every complete binary COPY stream (a field count of -1).
+pub const COPY_TRAILER: [u8; 2] = [0xff, 0xff];
+
 /// Days from 1970-01-01 (Arrow's epoch) to 2000-01-01 (PostgreSQL's).
 pub const EPOCH_DAYS: i32 = 10_957;
 /// Microseconds between the two epochs.
@@ -56,7 +61,7 @@ pub fn all_copyable(batch: &RecordBatch, columns: &[&PgColumn]) -> bool {
 /// Only for batches [`all_copyable`] accepts.
 pub fn encode(batch: &RecordBatch) -> Vec<u8> {
     let mut out = Vec::with_capacity(64 + batch.get_array_memory_size());
-    out.extend_from_slice(b"PGCOPY\n\xff\r\n\0");
+    out.extend_from_slice(COPY_SIGNATURE);
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
     out.extend_from_slice(&0i32.to_be_bytes()); // header extension length
     let fields = batch.num_columns() as i16;
@@ -66,7 +71,7 @@ pub fn encode(batch: &RecordBatch) -> Vec<u8> {
             field(column.as_ref(), row, &mut out);
         }
     }
-    out.extend_from_slice(&(-1i16).to_be_bytes());
+    out.extend_from_slice(&COPY_TRAILER);
     out
 }
 

@@ -15,11 +15,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, TimeUnit};
 use tidewater_core::{Error, Result};
 
-use crate::copy::{EPOCH_DAYS, EPOCH_MICROS};
+use crate::copy::{COPY_SIGNATURE, EPOCH_DAYS, EPOCH_MICROS};
 use crate::schema::PgColumn;
-
-/// The signature every binary COPY stream starts with.
-pub const COPY_SIGNATURE: &[u8] = b"PGCOPY\n\xff\r\n\0";
 
 /// Builds one Arrow column from binary COPY values.
 pub enum ColumnBuilder {

@@ -16,12 +16,10 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
 use tracing::warn;
 
+use crate::copy::COPY_TRAILER;
 use crate::decode::{ColumnBuilder, decode_copy};
 use crate::errors::{db_error, is_connection_error, user_error};
 use crate::schema::{PgColumn, describe, quote_ident, quote_table};
-
-/// The last two bytes of every complete binary COPY stream (a field count of -1).
-const COPY_TRAILER: [u8; 2] = [0xff, 0xff];
 
 /// How often a read is retried after the connection dropped.
 const READ_RETRIES: u32 = 5;

@@ -1,7 +1,7 @@
 //! Live counters of a running job, shared with its handle.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::CheckpointKind;
@@ -37,7 +37,7 @@ pub struct Progress {
     /// (a wait is added when it ends or a checkpoint interrupts it).
     throttled_us: AtomicU64,
     /// Source subtasks waiting on a throttle right now.
-    throttled_sources: Arc<AtomicU64>,
+    throttled_sources: AtomicU64,
     history: Mutex<Vec<CheckpointStats>>,
 }
 
@@ -72,9 +72,9 @@ pub struct ProgressSnapshot {
 }
 
 /// Counts a source subtask as throttled while it lives.
-pub(crate) struct ThrottleWait(Arc<AtomicU64>);
+pub(crate) struct ThrottleWait<'a>(&'a AtomicU64);
 
-impl Drop for ThrottleWait {
+impl Drop for ThrottleWait<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
@@ -94,7 +94,7 @@ impl Progress {
             last_checkpoint_ms: AtomicU64::new(0),
             first_batch_ms: AtomicU64::new(0),
             throttled_us: AtomicU64::new(0),
-            throttled_sources: Arc::new(AtomicU64::new(0)),
+            throttled_sources: AtomicU64::new(0),
             history: Mutex::new(Vec::new()),
         }
     }
@@ -114,9 +114,9 @@ impl Progress {
     }
 
     /// Marks one source subtask as waiting on its throttles until the guard drops.
-    pub(crate) fn throttle_wait(&self) -> ThrottleWait {
+    pub(crate) fn throttle_wait(&self) -> ThrottleWait<'_> {
         self.throttled_sources.fetch_add(1, Ordering::Relaxed);
-        ThrottleWait(self.throttled_sources.clone())
+        ThrottleWait(&self.throttled_sources)
     }
 
     pub(crate) fn add_throttled(&self, waited: Duration) {

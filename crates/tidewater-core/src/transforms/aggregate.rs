@@ -520,27 +520,11 @@ impl AggregateOperator {
             let index = expr.column.as_deref().map(index_of).transpose()?;
             let source_type = index.map(|i| input.field(i).data_type().clone());
             let slot = accumulators.len();
-            let (accumulator, cast_to) = match (expr.function, source_type) {
-                (AggregateFunction::Count, source) => (
-                    Accumulator::for_type(
-                        AggregateFunction::Count,
-                        source.is_some(),
-                        &DataType::Int64,
-                        slot,
-                    )
-                    .expect("count takes any column"),
-                    None,
-                ),
-                (function, Some(t)) if t.is_integer() || t.is_floating() => {
-                    let to = if t.is_integer() {
-                        DataType::Int64
-                    } else {
-                        DataType::Float64
-                    };
-                    let accumulator =
-                        Accumulator::for_type(function, true, &to, slot).expect("numeric");
-                    (accumulator, Some(to))
-                }
+            // Integers aggregate as Int64, floats as Float64; count takes any column.
+            let cast_to = match (expr.function, &source_type) {
+                (AggregateFunction::Count, _) => None,
+                (_, Some(t)) if t.is_integer() => Some(DataType::Int64),
+                (_, Some(t)) if t.is_floating() => Some(DataType::Float64),
                 (function, Some(t)) => {
                     return Err(Error::BadInput(format!(
                         "aggregate '{}': {function:?} needs an integer or floating-point column, \
@@ -556,6 +540,13 @@ impl AggregateOperator {
                     )));
                 }
             };
+            let accumulator = Accumulator::for_type(
+                expr.function,
+                index.is_some(),
+                cast_to.as_ref().unwrap_or(&DataType::Int64),
+                slot,
+            )
+            .ok_or_else(|| Error::Internal(format!("no accumulator for '{}'", expr.output)))?;
             let nullable = !matches!(expr.function, AggregateFunction::Count);
             fields.push(Field::new(
                 &expr.output,

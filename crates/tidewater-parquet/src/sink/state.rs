@@ -6,7 +6,6 @@ use std::io::Cursor as IoCursor;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BinaryArray, StringArray};
-use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -63,15 +62,6 @@ fn layout() -> SchemaRef {
     ]))
 }
 
-/// A one-row Binary array that takes `bytes` over without copying them
-/// (the rows can be megabytes, and the checkpoint copies them once more).
-fn one_value(bytes: Option<Vec<u8>>) -> BinaryArray {
-    let nulls = bytes.is_none().then(|| NullBuffer::new_null(1));
-    let bytes = bytes.unwrap_or_default();
-    let offsets = OffsetBuffer::from_lengths([bytes.len()]);
-    BinaryArray::new(offsets, Buffer::from_vec(bytes), nulls)
-}
-
 impl WriterState {
     /// Encodes the state as a one-row batch.
     pub fn encode(&self) -> Result<RecordBatch> {
@@ -92,7 +82,7 @@ impl WriterState {
             Arc::new(StringArray::from(vec![meta])),
             Arc::new(BinaryArray::from(vec![self.row_groups.as_slice()])),
             Arc::new(BinaryArray::from(vec![self.tail.as_slice()])),
-            Arc::new(one_value(rows)),
+            Arc::new(BinaryArray::from(vec![rows.as_deref()])),
         ];
         Ok(RecordBatch::try_new(layout(), columns)?)
     }
