@@ -93,14 +93,23 @@ impl FileEncoder {
 
     /// Takes the bytes encoded since the last call.
     pub fn take_bytes(&mut self) -> Vec<u8> {
-        let mut bytes = std::mem::take(self.writer.inner_mut());
-        if self.skip > 0 {
-            let dropped = self.skip.min(bytes.len());
-            bytes.drain(..dropped);
-            self.skip -= dropped;
-        }
-        self.emitted += bytes.len() as u64;
+        let mut bytes = Vec::new();
+        self.append_bytes_to(&mut bytes);
         bytes
+    }
+
+    /// Appends the bytes encoded since the last call to `out`. The encoder
+    /// keeps its buffer's capacity for the next row group: a fresh buffer
+    /// per row group, grown by doubling, is allocator churn that a
+    /// multi-threaded allocator keeps as resident memory.
+    pub fn append_bytes_to(&mut self, out: &mut Vec<u8>) {
+        let encoded = self.writer.inner_mut();
+        let skipped = self.skip.min(encoded.len());
+        self.skip -= skipped;
+        let fresh = &encoded[skipped..];
+        out.extend_from_slice(fresh);
+        self.emitted += fresh.len() as u64;
+        encoded.clear();
     }
 
     /// Bytes of the file so far (handed out or not).

@@ -195,7 +195,13 @@ impl ParquetSinkWriter {
         if let Err(e) = file.encoder.write_row_group(&rows) {
             return Err(self.parquet_error("encoding a row group", e));
         }
-        file.tail.extend(file.encoder.take_bytes());
+        if file.tail.capacity() == 0 {
+            // A part is uploaded once it holds part_bytes: allocate that once
+            // (with room for the row group that crosses it), not by doubling.
+            file.tail
+                .reserve_exact(self.options.part_bytes + self.options.part_bytes / 4);
+        }
+        file.encoder.append_bytes_to(&mut file.tail);
         if file.tail.len() >= self.options.part_bytes {
             self.upload_tail(&mut file).await?;
         }
