@@ -7,16 +7,32 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 
+use crate::checkpoint::local_write::DIRECT_ALIGN;
 use crate::error::{Error, Result};
 
 /// Encodes a state batch as an Arrow IPC stream.
 pub fn encode(batch: &RecordBatch) -> Result<Bytes> {
-    let mut buffer = Vec::with_capacity(batch.get_array_memory_size() + 1024);
+    encode_into(batch, Vec::new())
+}
+
+/// Encodes a state batch as an Arrow IPC stream into `buffer` (emptied
+/// first), so that a buffer kept from an earlier checkpoint is reused. The
+/// stream starts at an address aligned for direct I/O.
+pub fn encode_into(batch: &RecordBatch, mut buffer: Vec<u8>) -> Result<Bytes> {
+    let needed = batch.get_array_memory_size() + 1024 + DIRECT_ALIGN;
+    if buffer.capacity() < needed {
+        // Growing would copy the old capacity over: start anew, with room
+        // for the next checkpoint's slightly larger state.
+        buffer = Vec::with_capacity(needed + needed / 8);
+    }
+    buffer.clear();
+    let start = buffer.as_ptr().align_offset(DIRECT_ALIGN);
+    buffer.resize(start, 0);
     let mut writer = StreamWriter::try_new(&mut buffer, &batch.schema())?;
     writer.write(batch)?;
     writer.finish()?;
     drop(writer);
-    Ok(Bytes::from(buffer))
+    Ok(Bytes::from(buffer).slice(start..))
 }
 
 /// The checksum recorded for a blob.

@@ -2,7 +2,9 @@
 //! pure decisions taken on restore.
 
 pub mod blob;
+mod buffers;
 pub mod fence;
+mod local_write;
 pub mod manifest;
 pub mod restore;
 pub mod store;

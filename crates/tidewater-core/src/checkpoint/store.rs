@@ -16,13 +16,33 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
 use crate::checkpoint::blob;
+use crate::checkpoint::buffers::BlobBuffers;
 use crate::checkpoint::fence;
+use crate::checkpoint::local_write;
 use crate::checkpoint::manifest::{BlobRecord, Manifest};
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, Epoch};
 use crate::store_url::StoreLocation;
 
 const MANIFEST: &str = "_MANIFEST.json";
+
+/// The local file of blob `relative` (`{uid}/{subtask}.arrow`) of checkpoint
+/// `id` under the job's folder `root`.
+fn relative_to_checkpoint(
+    root: &std::path::Path,
+    id: CheckpointId,
+    relative: &str,
+) -> std::path::PathBuf {
+    relative
+        .split('/')
+        .fold(root.join(checkpoint_dir_name(id)), |dir, part| {
+            dir.join(part)
+        })
+}
+
+fn checkpoint_dir_name(id: CheckpointId) -> String {
+    format!("chk-{:020}", id.0)
+}
 const EPOCHS: &str = "_epochs";
 
 /// Checkpoint storage for one job.
@@ -31,6 +51,11 @@ pub struct StateStore {
     store: Arc<dyn ObjectStore>,
     root: Path,
     job: String,
+    /// Blob buffers back from their upload, for the next checkpoint's blobs.
+    buffers: BlobBuffers,
+    /// The job's folder, when the store is a local folder: large blobs are
+    /// written there directly (see [`local_write`]).
+    local_root: Option<std::path::PathBuf>,
 }
 
 impl StateStore {
@@ -39,9 +64,19 @@ impl StateStore {
         let root = location.prefix.clone().join(job);
         StateStore {
             store: location.store.clone(),
-            root,
+            root: root.clone(),
             job: job.to_string(),
+            buffers: BlobBuffers::default(),
+            local_root: location.local_folder.as_ref().map(|folder| {
+                root.parts()
+                    .fold(folder.clone(), |dir, part| dir.join(part.as_ref()))
+            }),
         }
+    }
+
+    /// A buffer to encode a blob of about `size` bytes into.
+    pub fn blob_buffer(&self, size: usize) -> Vec<u8> {
+        self.buffers.take(size)
     }
 
     /// The job's name.
@@ -50,7 +85,7 @@ impl StateStore {
     }
 
     fn checkpoint_dir(&self, id: CheckpointId) -> Path {
-        self.root.clone().join(format!("chk-{:020}", id.0))
+        self.root.clone().join(checkpoint_dir_name(id))
     }
 
     fn manifest_path(&self, id: CheckpointId) -> Path {
@@ -77,10 +112,29 @@ impl StateStore {
             bytes: bytes.len() as u64,
             crc32: blob::checksum(&bytes),
         };
-        self.store
-            .put(&path, PutPayload::from(bytes))
-            .await
-            .map_err(|e| Error::storage("write state blob", &path, e))?;
+        match &self.local_root {
+            Some(root) if bytes.len() >= local_write::DIRECT_MIN_BYTES => {
+                let file = relative_to_checkpoint(root, id, &record.path);
+                let written = bytes.clone();
+                tokio::task::spawn_blocking(move || local_write::write_durably(&file, &written))
+                    .await
+                    .map_err(|e| Error::Internal(format!("blob writer panicked: {e}")))?
+                    .map_err(|e| Error::External {
+                        message: format!(
+                            "storage: write state blob '{path}' failed: {e}; check the state \
+                             folder's free space and permissions"
+                        ),
+                        retryable: true,
+                    })?;
+            }
+            _ => {
+                self.store
+                    .put(&path, PutPayload::from(bytes.clone()))
+                    .await
+                    .map_err(|e| Error::storage("write state blob", &path, e))?;
+            }
+        }
+        self.buffers.keep(bytes);
         Ok(record)
     }
 

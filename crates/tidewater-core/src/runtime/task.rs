@@ -198,7 +198,8 @@ async fn upload(
     let mut blobs = Vec::with_capacity(states.len());
     for (uid, state) in states {
         // Encoding a large state is CPU work: keep it off the async workers.
-        let bytes = tokio::task::spawn_blocking(move || blob::encode(&state))
+        let buffer = store.blob_buffer(state.get_array_memory_size());
+        let bytes = tokio::task::spawn_blocking(move || blob::encode_into(&state, buffer))
             .await
             .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))??;
         blobs.push(store.put_blob(checkpoint, &uid, subtask, bytes).await?);

@@ -345,7 +345,12 @@ mod tests {
         let chunks: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i; 1000 + i as usize]).collect();
         for chunk in &chunks {
             uploader
-                .put_part("f.parquet", "_staging/u/0000-000000", &mut parts, chunk.clone())
+                .put_part(
+                    "f.parquet",
+                    "_staging/u/0000-000000",
+                    &mut parts,
+                    chunk.clone(),
+                )
                 .await
                 .unwrap();
         }
@@ -368,7 +373,12 @@ mod tests {
         let mut parts = uploader.start("f.parquet").await.unwrap();
         for _ in 0..2 {
             uploader
-                .put_part("f.parquet", "_staging/u/0000-000000", &mut parts, vec![7; 10])
+                .put_part(
+                    "f.parquet",
+                    "_staging/u/0000-000000",
+                    &mut parts,
+                    vec![7; 10],
+                )
                 .await
                 .unwrap();
         }
@@ -377,7 +387,10 @@ mod tests {
         let err = uploader.complete("f.parquet", &parts).await.unwrap_err();
         let message = err.to_string();
         assert!(message.contains("0000-000000.part-00001"), "{message}");
-        assert!(message.contains("_staging folder cleaned by hand"), "{message}");
+        assert!(
+            message.contains("_staging folder cleaned by hand"),
+            "{message}"
+        );
         assert!(!dir.path().join("f.parquet").exists());
     }
 }
