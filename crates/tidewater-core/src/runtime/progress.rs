@@ -33,11 +33,8 @@ pub struct Progress {
     last_checkpoint_ms: AtomicU64,
     /// Milliseconds from start to the first batch a source emitted, plus one (0: none yet).
     first_batch_ms: AtomicU64,
-    /// Microseconds source subtasks waited on throttles, summed over subtasks
-    /// (a wait is added when it ends or a checkpoint interrupts it).
-    throttled_us: AtomicU64,
-    /// Source subtasks waiting on a throttle right now.
-    throttled_sources: AtomicU64,
+    /// Time source subtasks waited on throttles, ongoing waits included.
+    throttled: Mutex<ThrottleClock>,
     history: Mutex<Vec<CheckpointStats>>,
 }
 
@@ -71,12 +68,32 @@ pub struct ProgressSnapshot {
     pub throttled_sources: u64,
 }
 
+/// Throttle waits, in microseconds since the job's start.
+#[derive(Debug, Default)]
+struct ThrottleClock {
+    /// Waits that ended, summed.
+    ended_us: u64,
+    /// Waits going on now...
+    waiting: u64,
+    /// ...and the sum of the instants they began: at `now` they have lasted
+    /// `waiting * now - began_us`, so a source held for minutes in one wait
+    /// shows it growing.
+    began_us: u64,
+}
+
 /// Counts a source subtask as throttled while it lives.
-pub(crate) struct ThrottleWait<'a>(&'a AtomicU64);
+pub(crate) struct ThrottleWait<'a> {
+    progress: &'a Progress,
+    began_us: u64,
+}
 
 impl Drop for ThrottleWait<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        let now = self.progress.micros();
+        let mut clock = self.progress.lock_throttled();
+        clock.waiting -= 1;
+        clock.began_us -= self.began_us;
+        clock.ended_us += now.saturating_sub(self.began_us);
     }
 }
 
@@ -93,8 +110,7 @@ impl Progress {
             last_checkpoint_at_ms: AtomicU64::new(0),
             last_checkpoint_ms: AtomicU64::new(0),
             first_batch_ms: AtomicU64::new(0),
-            throttled_us: AtomicU64::new(0),
-            throttled_sources: AtomicU64::new(0),
+            throttled: Mutex::default(),
             history: Mutex::new(Vec::new()),
         }
     }
@@ -113,15 +129,27 @@ impl Progress {
         self.history.lock().map(|h| h.clone()).unwrap_or_default()
     }
 
-    /// Marks one source subtask as waiting on its throttles until the guard drops.
+    /// Marks one source subtask as waiting on its throttles until the guard
+    /// drops; the wait counts as throttled time from now on.
     pub(crate) fn throttle_wait(&self) -> ThrottleWait<'_> {
-        self.throttled_sources.fetch_add(1, Ordering::Relaxed);
-        ThrottleWait(&self.throttled_sources)
+        let began_us = self.micros();
+        let mut clock = self.lock_throttled();
+        clock.waiting += 1;
+        clock.began_us += began_us;
+        ThrottleWait {
+            progress: self,
+            began_us,
+        }
     }
 
-    pub(crate) fn add_throttled(&self, waited: Duration) {
-        self.throttled_us
-            .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+    fn micros(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    fn lock_throttled(&self) -> std::sync::MutexGuard<'_, ThrottleClock> {
+        // The clock's fields stay consistent under each lock: a panic
+        // elsewhere leaves it usable.
+        self.throttled.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn add_read(&self, rows: u64) {
@@ -168,6 +196,12 @@ impl Progress {
         let rows_read = self.rows_read.load(Ordering::Relaxed);
         let at_checkpoint = self.rows_at_last_checkpoint.load(Ordering::Relaxed);
         let last_at = Duration::from_millis(self.last_checkpoint_at_ms.load(Ordering::Relaxed));
+        let (throttled_us, throttled_sources) = {
+            let now = self.micros();
+            let clock = self.lock_throttled();
+            let ongoing = (clock.waiting * now).saturating_sub(clock.began_us);
+            (clock.ended_us + ongoing, clock.waiting)
+        };
         ProgressSnapshot {
             rows_read,
             rows_written: self.rows_written.load(Ordering::Relaxed),
@@ -184,8 +218,34 @@ impl Progress {
                 0 => None,
                 ms => Some(Duration::from_millis(ms - 1)),
             },
-            throttled: Duration::from_micros(self.throttled_us.load(Ordering::Relaxed)),
-            throttled_sources: self.throttled_sources.load(Ordering::Relaxed),
+            throttled: Duration::from_micros(throttled_us),
+            throttled_sources,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_counts_while_it_lasts_and_after_it_ends() {
+        let progress = Progress::new(0);
+        let wait = progress.throttle_wait();
+        std::thread::sleep(Duration::from_millis(30));
+        let during = progress.snapshot();
+        assert_eq!(during.throttled_sources, 1);
+        assert!(during.throttled >= Duration::from_millis(30), "{during:?}");
+        std::thread::sleep(Duration::from_millis(20));
+        drop(wait);
+        let after = progress.snapshot();
+        assert_eq!(after.throttled_sources, 0);
+        assert!(after.throttled >= Duration::from_millis(50), "{after:?}");
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            progress.snapshot().throttled,
+            after.throttled,
+            "ended waits stay put"
+        );
     }
 }

@@ -351,7 +351,6 @@ impl SourceTask {
 
             if !self.throttles.is_empty() {
                 // A throttled source still answers checkpoints and cancels.
-                let began = tokio::time::Instant::now();
                 let held = self.core.progress.throttle_wait();
                 let waited = {
                     let throttles = &self.throttles;
@@ -362,7 +361,6 @@ impl SourceTask {
                     }
                 };
                 drop(held);
-                self.core.progress.add_throttled(began.elapsed());
                 match waited {
                     None => {}
                     Some(None) => return Ok(()),

@@ -1,7 +1,9 @@
 //! Keyed aggregation: count, sum, min and max per key, vectorised over Arrow arrays.
 //!
-//! Rows are mapped to dense group numbers ([`GroupIndex`]), then each
-//! accumulator runs one tight loop over its input column, into a row-wise
+//! Rows are mapped to dense group numbers ([`GroupIndex`]), then a
+//! null-free batch updates every accumulator of a row in one pass
+//! ([`row_update`](super::row_update)); a batch with nulls runs one tight
+//! loop per accumulator over its input column. Both write into a row-wise
 //! table of every group's values ([`AccumulatorTable`]). The state batch
 //! is the output batch itself (keys, then one column per aggregate), so a
 //! snapshot is a copy of the accumulator columns and a restore re-inserts the keys.
@@ -20,6 +22,7 @@ use arrow::record_batch::RecordBatch;
 use super::accumulator_table::{AccumulatorTable, Word};
 use super::group_index::GroupIndex;
 use super::prefetch::{LOOKAHEAD, prefetch};
+use super::row_update::{RowOp, update_rows};
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator};
 
@@ -174,7 +177,7 @@ where
         // Without nulls, every row's group gets a value. When only the groups
         // this batch added are unseen, they are exactly the ones it sees: mark
         // them in bulk and keep the per-row loops free of `seen` writes.
-        if nulls.is_none() && self.unseen == self.seen.len() - self.fresh_from {
+        if nulls.is_none() && self.only_fresh_unseen() {
             fold::<T>(
                 self.function,
                 cells,
@@ -184,8 +187,7 @@ where
                 output,
                 |_, _| true,
             )?;
-            self.seen[self.fresh_from..].fill(true);
-            self.unseen = 0;
+            self.mark_fresh_seen();
             return Ok(());
         }
         let seen = &mut self.seen;
@@ -208,6 +210,18 @@ where
         )?;
         self.unseen -= newly_seen;
         Ok(())
+    }
+
+    /// Whether a null-free batch can skip per-row `seen` bookkeeping: the
+    /// groups not seen yet are exactly the ones the last resize added.
+    fn only_fresh_unseen(&self) -> bool {
+        self.unseen == self.seen.len() - self.fresh_from
+    }
+
+    /// Notes that a null-free batch gave every group a value.
+    fn mark_fresh_seen(&mut self) {
+        self.seen[self.fresh_from..].fill(true);
+        self.unseen = 0;
     }
 
     fn to_array(&self, table: &AccumulatorTable) -> ArrayRef {
@@ -409,6 +423,54 @@ impl Accumulator {
             _ => return Err(Error::Internal("aggregate input column missing".into())),
         }
         Ok(())
+    }
+
+    /// This accumulator's part of a one-pass update of a batch, when its
+    /// input has no nulls and needs no per-row bookkeeping.
+    fn row_op<'a>(&self, input: Option<&'a ArrayRef>, output: &'a str) -> Option<RowOp<'a>> {
+        let null_free = input.is_none_or(|input| input.null_count() == 0);
+        if !null_free {
+            return None;
+        }
+        Some(match (self, input) {
+            (Accumulator::CountRows(slot) | Accumulator::CountValues(slot), _) => {
+                RowOp::Count { slot: *slot }
+            }
+            (Accumulator::Int(n), Some(input)) if n.only_fresh_unseen() => {
+                let values = input.as_primitive_opt::<Int64Type>()?.values();
+                let slot = n.slot;
+                match n.function {
+                    AggregateFunction::Sum => RowOp::IntSum {
+                        slot,
+                        values,
+                        output,
+                    },
+                    AggregateFunction::Min => RowOp::IntMin { slot, values },
+                    AggregateFunction::Max => RowOp::IntMax { slot, values },
+                    AggregateFunction::Count => return None,
+                }
+            }
+            (Accumulator::Float(n), Some(input)) if n.only_fresh_unseen() => {
+                let values = input.as_primitive_opt::<Float64Type>()?.values();
+                let slot = n.slot;
+                match n.function {
+                    AggregateFunction::Sum => RowOp::FloatSum { slot, values },
+                    AggregateFunction::Min => RowOp::FloatMin { slot, values },
+                    AggregateFunction::Max => RowOp::FloatMax { slot, values },
+                    AggregateFunction::Count => return None,
+                }
+            }
+            _ => return None,
+        })
+    }
+
+    /// After a one-pass update: every group of the batch got a value.
+    fn mark_fresh_seen(&mut self) {
+        match self {
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) => {}
+            Accumulator::Int(n) => n.mark_fresh_seen(),
+            Accumulator::Float(n) => n.mark_fresh_seen(),
+        }
     }
 
     fn to_array(&self, table: &AccumulatorTable) -> ArrayRef {
@@ -617,20 +679,45 @@ impl Operator for AggregateOperator {
         groups.index.assign(&keys, &mut self.scratch)?;
         let n_groups = groups.index.len();
         groups.table.resize(n_groups);
+        let mut inputs = Vec::with_capacity(groups.accumulators.len());
         for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
             accumulator.resize(n_groups);
-            let input = match (layout.input_indices[i], &layout.input_types[i]) {
+            inputs.push(match (layout.input_indices[i], &layout.input_types[i]) {
                 (Some(index), Some(to)) if batch.column(index).data_type() != to => {
                     Some(cast(batch.column(index), to)?)
                 }
                 (Some(index), _) => Some(batch.column(index).clone()),
                 (None, _) => None,
-            };
+            });
+        }
+        let exprs = &self.spec.exprs;
+        let ops: Option<Vec<RowOp<'_>>> = groups
+            .accumulators
+            .iter()
+            .zip(&inputs)
+            .zip(exprs.iter())
+            .map(|((a, input), expr)| a.row_op(input.as_ref(), &expr.output))
+            .collect();
+        if let Some(ops) = ops {
+            let (cells, shift) = groups.table.cells();
+            update_rows(cells, shift, &self.scratch, &ops)?;
+            groups
+                .accumulators
+                .iter_mut()
+                .for_each(Accumulator::mark_fresh_seen);
+            return Ok(());
+        }
+        for ((accumulator, input), expr) in groups
+            .accumulators
+            .iter_mut()
+            .zip(&inputs)
+            .zip(exprs.iter())
+        {
             accumulator.update(
                 &mut groups.table,
                 &self.scratch,
                 input.as_ref(),
-                &self.spec.exprs[i].output,
+                &expr.output,
             )?;
         }
         Ok(())
@@ -807,5 +894,129 @@ mod tests {
             groups(&mut restored),
             vec![(7, None, None), (8, Some(1.0), Some(1.0))]
         );
+    }
+
+    #[test]
+    fn every_function_matches_a_plain_fold_across_one_pass_and_per_column_batches() {
+        let spec = AggregateSpec::new()
+            .count("n")
+            .sum("i", "sum_i")
+            .min("i", "min_i")
+            .max("i", "max_i")
+            .sum("f", "sum_f")
+            .min("f", "min_f")
+            .max("f", "max_f")
+            .count_values("f", "n_f");
+        let mut op = AggregateOperator::new(vec!["k".into()], Arc::new(spec)).unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("i", DataType::Int64, true),
+            Field::new("f", DataType::Float64, true),
+        ]));
+        // (key, i, f) rows; the second batch has a null, so it takes the
+        // per-column loops while the others take the one-pass loop.
+        let batches: Vec<Vec<(i64, i64, Option<f64>)>> = vec![
+            (0..500)
+                .map(|r| (r % 37, r * 7 - 1000, Some(r as f64 / 3.0)))
+                .collect(),
+            (0..300)
+                .map(|r| (r % 53, 5 - r, (r != 10).then_some(-(r as f64))))
+                .collect(),
+            (0..400)
+                .map(|r| (r % 41, r * r, Some(r as f64 * 1.5)))
+                .collect(),
+        ];
+        let mut expected = std::collections::BTreeMap::new();
+        let mut out = Collector::default();
+        for rows in &batches {
+            for &(k, i, f) in rows {
+                let e = expected.entry(k).or_insert((
+                    0i64,
+                    0i64,
+                    i64::MAX,
+                    i64::MIN,
+                    0.0f64,
+                    f64::MAX,
+                    f64::MIN,
+                    0i64,
+                ));
+                e.0 += 1;
+                e.1 += i;
+                e.2 = e.2.min(i);
+                e.3 = e.3.max(i);
+                if let Some(f) = f {
+                    e.4 += f;
+                    e.5 = e.5.min(f);
+                    e.6 = e.6.max(f);
+                    e.7 += 1;
+                }
+            }
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                    Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                    Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.2))),
+                ],
+            )
+            .unwrap();
+            op.process(batch, &mut out).unwrap();
+        }
+        let state = op.output().unwrap().unwrap();
+        let int = |c: usize, row: usize| state.column(c).as_primitive::<Int64Type>().value(row);
+        let float = |c: usize, row: usize| state.column(c).as_primitive::<Float64Type>().value(row);
+        assert_eq!(state.num_rows(), expected.len());
+        for row in 0..state.num_rows() {
+            let e = expected[&int(0, row)];
+            assert_eq!(
+                (
+                    int(1, row),
+                    int(2, row),
+                    int(3, row),
+                    int(4, row),
+                    int(8, row)
+                ),
+                (e.0, e.1, e.2, e.3, e.7)
+            );
+            assert!(
+                (float(5, row) - e.4).abs() < 1e-9,
+                "sum_f of key {}",
+                int(0, row)
+            );
+            assert_eq!((float(6, row), float(7, row)), (e.5, e.6));
+        }
+    }
+
+    #[test]
+    fn an_overflowing_int_sum_is_named_in_either_loop() {
+        for with_null in [false, true] {
+            let spec = Arc::new(AggregateSpec::new().sum("i", "total"));
+            let mut op = AggregateOperator::new(vec!["k".into()], spec).unwrap();
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("k", DataType::Int64, false),
+                Field::new("i", DataType::Int64, true),
+            ]));
+            // A null sends the batch down the per-column loops.
+            let values = if with_null {
+                vec![Some(i64::MAX), None, Some(1)]
+            } else {
+                vec![Some(i64::MAX), Some(1)]
+            };
+            let keys = vec![1; values.len()];
+            let batch = RecordBatch::try_new(
+                schema,
+                vec![
+                    Arc::new(Int64Array::from(keys)),
+                    Arc::new(Int64Array::from(values)),
+                ],
+            )
+            .unwrap();
+            let err = op.process(batch, &mut Collector::default()).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("sum into 'total' overflowed Int64"),
+                "with_null {with_null}: {err}"
+            );
+        }
     }
 }

@@ -4,4 +4,5 @@ pub(crate) mod accumulator_table;
 pub mod aggregate;
 pub(crate) mod group_index;
 pub(crate) mod prefetch;
+pub(crate) mod row_update;
 pub(crate) mod stateless;
