@@ -152,8 +152,18 @@ pub fn partition_batch(
     let mut indices: Vec<Vec<u32>> = (0..partitions)
         .map(|_| Vec::with_capacity(batch.num_rows() / partitions + 16))
         .collect();
-    for (row, hash) in scratch.iter().enumerate() {
-        indices[(*hash % partitions as u64) as usize].push(row as u32);
+    // `hash % partitions` decides where a key's state lives, so it must not
+    // change; a mask computes the same for a power of two without a
+    // division per row.
+    if partitions.is_power_of_two() {
+        let mask = partitions as u64 - 1;
+        for (row, hash) in scratch.iter().enumerate() {
+            indices[(*hash & mask) as usize].push(row as u32);
+        }
+    } else {
+        for (row, hash) in scratch.iter().enumerate() {
+            indices[(*hash % partitions as u64) as usize].push(row as u32);
+        }
     }
     indices
         .into_iter()
@@ -204,6 +214,30 @@ mod tests {
         }
         assert_eq!(total, 10_000);
         assert_eq!(owner.len(), 97);
+    }
+
+    #[test]
+    fn every_parallelism_places_a_row_at_its_hash_modulo_p() {
+        // Restored keyed state sits where `hash % p` put it: the power-of-two
+        // shortcut must agree.
+        let keys: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
+        let batch = RecordBatch::try_from_iter([("k", keys.clone())]).unwrap();
+        let mut hashes = Vec::new();
+        hash_columns(&[&keys], &mut hashes).unwrap();
+        for p in [2usize, 3, 4, 8] {
+            let parts = partition_batch(&batch, &[0], p, &mut Vec::new()).unwrap();
+            for (at, part) in parts.iter().enumerate() {
+                for k in part
+                    .as_ref()
+                    .unwrap()
+                    .column(0)
+                    .as_primitive::<Int64Type>()
+                    .values()
+                {
+                    assert_eq!(hashes[*k as usize] % p as u64, at as u64, "key {k}, p {p}");
+                }
+            }
+        }
     }
 
     #[test]
