@@ -350,9 +350,10 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
             let (interval, engine) = configs[index].clone();
             let result = runner.run(&interval, engine)?;
             eprintln!(
-                "round {}/{repeat}: {engine:9} {interval:>6}: {:.2}M rows/s",
+                "round {}/{repeat}: {engine:9} {interval:>6}: {:.2}M rows/s, peak {} MiB",
                 round + 1,
-                result.rows_per_s / 1e6
+                result.rows_per_s / 1e6,
+                result.peak_rss >> 20
             );
             results[index].push(result);
         }
@@ -419,7 +420,12 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
             .iter()
             .map(|c| c.restart_to_progress_s)
             .collect();
-        let rework_mean = rework.iter().sum::<f64>() / rework.len().max(1) as f64;
+        // No crashes, no rework figure: NaN, not a mean of nothing.
+        let rework_mean = if rework.is_empty() {
+            f64::NAN
+        } else {
+            rework.iter().sum::<f64>() / rework.len() as f64
+        };
         rows.push(Row {
             interval: interval.clone(),
             seconds,
@@ -438,11 +444,7 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
             } else {
                 bytes.iter().sum::<f64>() / bytes.len() as f64
             },
-            rework_mean: if rework.is_empty() {
-                f64::NAN
-            } else {
-                rework_mean
-            },
+            rework_mean,
             rework_max: rework.iter().copied().fold(f64::NAN, f64::max),
             rework_intervals: seconds.map_or(f64::NAN, |s| rework_mean / (rate * s)),
             restart_s: if restart.is_empty() {
@@ -530,12 +532,19 @@ fn report(args: &IntervalArgs, rows: &[Row], limit: f64, max_overhead: f64) -> a
         .filter(|r| r.seconds.is_some() && r.overhead_pct <= max_overhead)
         .min_by(|a, b| a.seconds.partial_cmp(&b.seconds).expect("finite"));
     match recommended {
+        Some(r) if r.rework_mean.is_nan() => println!(
+            "\nrecommendation: --checkpoint-interval {} (overhead {:.2}% <= {max_overhead}%); run with --crashes K to measure what a crash redoes",
+            r.interval, r.overhead_pct,
+        ),
         Some(r) => println!(
             "\nrecommendation: --checkpoint-interval {} (overhead {:.2}% <= {max_overhead}%); a crash redoes {:.0} rows on average ({:.2} s of work)",
             r.interval,
             r.overhead_pct,
             r.rework_mean,
             r.rework_mean / r.rows_per_s
+        ),
+        None if !rows.iter().any(|r| r.seconds.is_some()) => println!(
+            "\nrecommendation: none; --intervals named no checkpoint interval to compare with off"
         ),
         None => println!(
             "\nrecommendation: no interval stayed under {max_overhead}% overhead; try longer intervals"
@@ -574,11 +583,12 @@ fn plot(args: &IntervalArgs, rows: &[Row]) -> anyhow::Result<()> {
         / 1.5;
     let y_max = points.iter().map(|r| r.overhead_pct).fold(1.0, f64::max) * 1.2;
     let y_min = points.iter().map(|r| r.overhead_pct).fold(0.0, f64::min) * 1.2;
+    // Millions of rows: raw row counts make labels wider than their axis.
     let rework_max = points
         .iter()
-        .map(|r| r.rework_mean)
+        .map(|r| r.rework_mean / 1e6)
         .filter(|v| v.is_finite())
-        .fold(1.0, f64::max)
+        .fold(0.001, f64::max)
         * 1.2;
 
     fn draw<DB: DrawingBackend>(
@@ -604,12 +614,17 @@ fn plot(args: &IntervalArgs, rows: &[Row]) -> anyhow::Result<()> {
             .set_secondary_coord((x.0..x.1).log_scale(), 0.0..rework_max);
         chart
             .configure_mesh()
-            .x_desc("checkpoint interval (s, log scale)")
-            .y_desc("throughput overhead vs off (%)")
+            .x_labels(6)
+            .x_label_formatter(&|s| format!("{}s", (s * 1000.0).round() / 1000.0))
+            .y_label_formatter(&|p| format!("{p:.1}%"))
+            .light_line_style(RGBColor(238, 238, 238))
+            .x_desc("checkpoint interval (log scale)")
+            .y_desc("throughput overhead vs off")
             .draw()
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         chart
             .configure_secondary_axes()
+            .y_label_formatter(&|m| format!("{m:.0}M"))
             .y_desc("rows redone per crash (mean)")
             .draw()
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
@@ -628,7 +643,7 @@ fn plot(args: &IntervalArgs, rows: &[Row]) -> anyhow::Result<()> {
         let rework: Vec<(f64, f64)> = points
             .iter()
             .filter(|r| r.rework_mean.is_finite())
-            .map(|r| (r.seconds.unwrap_or(0.0), r.rework_mean))
+            .map(|r| (r.seconds.unwrap_or(0.0), r.rework_mean / 1e6))
             .collect();
         chart
             .draw_secondary_series(LineSeries::new(rework.clone(), RED.stroke_width(2)))

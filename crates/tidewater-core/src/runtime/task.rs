@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -282,6 +283,10 @@ pub(crate) struct SourceTask {
     pub core: TaskCore,
 }
 
+/// How long a source reads before it lets other tasks (the coordinator, the
+/// progress reporter) have its worker thread: the most a barrier waits for it.
+const YIELD_EVERY: Duration = Duration::from_millis(1);
+
 /// What a source does after a message from the coordinator.
 enum Next {
     Read,
@@ -327,6 +332,7 @@ impl SourceTask {
         let mut last_rows = 0u64;
         let mut exhausted = false;
         let mut paused = false;
+        let mut last_yield = Instant::now();
         loop {
             // Between two batches: answer the coordinator first. When there is
             // nothing to read, wait for it.
@@ -407,7 +413,13 @@ impl SourceTask {
                     self.core.process(batch).await?;
                     // A chain that ends in a sink may never await a channel, and
                     // would then starve the coordinator of the worker threads.
-                    tokio::task::yield_now().await;
+                    // Not after every batch: each yield wakes a parked worker
+                    // (an eventfd write and an epoll round trip), 7% of a
+                    // cache-resident aggregate's CPU when batches take 0.3 ms.
+                    if last_yield.elapsed() >= YIELD_EVERY {
+                        tokio::task::yield_now().await;
+                        last_yield = Instant::now();
+                    }
                 }
                 None => {
                     self.splits[index].cursor = Some(split_reader.cursor());
