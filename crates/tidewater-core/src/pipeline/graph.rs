@@ -37,6 +37,9 @@ pub(crate) struct Node {
     pub uid: String,
     pub body: NodeBody,
     pub parallelism: Option<usize>,
+    /// Without a parallelism of its own, take this node's (an operator the
+    /// builder inserted to run beside its input, e.g. a pre-aggregation).
+    pub parallelism_of: Option<usize>,
     pub inputs: Vec<Edge>,
     /// Consulted before each fetch (sources only).
     pub throttles: Vec<Arc<dyn crate::throttle::Throttle>>,

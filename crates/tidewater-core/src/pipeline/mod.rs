@@ -17,6 +17,7 @@ use crate::operator::{Operator, OperatorFactory, TaskContext};
 use crate::sink::Sink;
 use crate::source::Source;
 use crate::transforms::aggregate::{AggregateOperator, AggregateSpec};
+use crate::transforms::local_aggregate::LocalAggregateOperator;
 use crate::transforms::stateless::{FilterOperator, FlatMapOperator, MapOperator};
 
 /// A pipeline being declared: a graph of operators, each with a stable uid.
@@ -66,6 +67,7 @@ impl Pipeline {
             uid,
             body,
             parallelism: None,
+            parallelism_of: None,
             inputs,
             throttles: Vec::new(),
         });
@@ -172,6 +174,7 @@ impl Stream {
             uid,
             body,
             parallelism: None,
+            parallelism_of: None,
             throttles: Vec::new(),
             inputs: vec![Edge {
                 from: self.node,
@@ -274,23 +277,36 @@ impl KeyedStream {
 
     /// Aggregates per key; emits one row per key when the input ends. The
     /// partial aggregates are checkpointed.
+    ///
+    /// Runs in two phases: beside each upstream subtask, an operator with
+    /// uid `{uid}.local` aggregates that subtask's rows until the next
+    /// checkpoint barrier (at most 256Ki keys at a time), so only partial
+    /// aggregates cross the shuffle; it holds no state across a barrier and
+    /// passes rows on unaggregated when most keys are new since its last
+    /// flush. `uid` merges the partials and holds the checkpointed state.
     pub fn aggregate(self, uid: impl Into<String>, spec: AggregateSpec) -> Stream {
+        let uid = uid.into();
         let keys = self.keys.clone();
-        // Only the keys and the aggregated columns cross the shuffle.
-        let mut needed = keys.clone();
-        for column in spec.exprs().iter().filter_map(|e| e.column.as_ref()) {
-            if !needed.contains(column) {
-                needed.push(column.clone());
-            }
-        }
         let spec = Arc::new(spec);
-        let mut keyed = self.keyed();
-        keyed.next_projection = Some(needed);
-        keyed.then(
-            uid.into(),
+        let upstream = self.stream.node;
+        let local = {
+            let (keys, spec) = (keys.clone(), spec.clone());
+            self.stream.then(
+                format!("{uid}.local"),
+                NodeBody::Operator(Arc::new(move |_: &TaskContext| {
+                    Ok(
+                        Box::new(LocalAggregateOperator::new(keys.clone(), spec.clone())?)
+                            as Box<dyn Operator>,
+                    )
+                })),
+            )
+        };
+        local.graph.borrow_mut()[local.node].parallelism_of = Some(upstream);
+        local.key_by(keys.clone()).keyed().then(
+            uid,
             NodeBody::Operator(Arc::new(move |_: &TaskContext| {
                 Ok(
-                    Box::new(AggregateOperator::new(keys.clone(), spec.clone())?)
+                    Box::new(AggregateOperator::merging(keys.clone(), spec.clone())?)
                         as Box<dyn Operator>,
                 )
             })),

@@ -46,12 +46,24 @@ impl OperatorChain {
 
     /// Ends the input: each operator's final output flows through the ones after it.
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
+        self.drain(|operator, out| operator.finish(out))
+    }
+
+    /// At a barrier: what each operator flushes ahead of it flows through the
+    /// ones after it, so the barrier follows every row it covers.
+    pub fn flush_before_barrier(&mut self) -> Result<Vec<RecordBatch>> {
+        self.drain(|operator, out| operator.flush_before_barrier(out))
+    }
+
+    fn drain(
+        &mut self,
+        step: impl Fn(&mut dyn Operator, &mut Collector) -> Result<()>,
+    ) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for i in 0..self.operators.len() {
             let op = &mut self.operators[i];
             let mut collector = Collector::default();
-            op.operator
-                .finish(&mut collector)
+            step(op.operator.as_mut(), &mut collector)
                 .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
             let emitted = collector.take();
             out.extend(self.process_from(i + 1, emitted)?);

@@ -244,10 +244,16 @@ impl std::fmt::Debug for Job {
 
 impl Job {
     pub(crate) fn new(name: String, default_parallelism: usize, nodes: Vec<Node>) -> Result<Self> {
-        let parallelism: Vec<usize> = nodes
-            .iter()
-            .map(|n| n.parallelism.unwrap_or(default_parallelism))
-            .collect();
+        // In insertion order: a node that follows another's parallelism comes after it.
+        let mut parallelism: Vec<usize> = Vec::with_capacity(nodes.len());
+        for node in &nodes {
+            let inherited = node.parallelism_of.map(|of| parallelism[of]);
+            parallelism.push(
+                node.parallelism
+                    .or(inherited)
+                    .unwrap_or(default_parallelism),
+            );
+        }
         // A forward edge between unequal parallelism becomes round-robin.
         let mut nodes = nodes;
         for id in 0..nodes.len() {

@@ -530,6 +530,9 @@ impl Groups {
 pub struct AggregateOperator {
     keys: Vec<String>,
     spec: Arc<AggregateSpec>,
+    /// The input holds partial aggregates (one column per output, named as
+    /// it) from local pre-aggregations, not raw rows.
+    merge: bool,
     layout: Option<Layout>,
     groups: Option<Groups>,
     scratch: Vec<u32>,
@@ -551,10 +554,51 @@ impl AggregateOperator {
         Ok(AggregateOperator {
             keys,
             spec,
+            merge: false,
             layout: None,
             groups: None,
             scratch: Vec::new(),
         })
+    }
+
+    /// The aggregation that merges the partial aggregates of `spec` that
+    /// [`LocalAggregateOperator`](super::local_aggregate::LocalAggregateOperator)s emit.
+    /// Its output and its state are the same as the one-phase aggregation's.
+    pub(crate) fn merging(keys: Vec<String>, spec: Arc<AggregateSpec>) -> Result<Self> {
+        let mut operator = Self::new(keys, spec)?;
+        operator.merge = true;
+        Ok(operator)
+    }
+
+    /// What `expr` accumulates: its function and the column it reads.
+    /// Merging partials, a count is the sum of the partial counts.
+    fn accumulated<'a>(&self, expr: &'a AggregateExpr) -> (AggregateFunction, Option<&'a str>) {
+        if !self.merge {
+            return (expr.function, expr.column.as_deref());
+        }
+        let function = match expr.function {
+            AggregateFunction::Count => AggregateFunction::Sum,
+            other => other,
+        };
+        (function, Some(&expr.output))
+    }
+
+    /// How many groups the operator holds.
+    pub(crate) fn group_count(&self) -> usize {
+        self.groups.as_ref().map_or(0, |g| g.index.len())
+    }
+
+    /// The schema of the output, once the first batch has fixed it.
+    pub(crate) fn output_schema(&self) -> Option<SchemaRef> {
+        self.groups.as_ref().map(|g| g.schema.clone())
+    }
+
+    /// Emits every group and starts again from none.
+    pub(crate) fn emit_and_clear(&mut self, out: &mut Collector) -> Result<()> {
+        self.finish(out)?;
+        self.groups = None;
+        self.layout = None;
+        Ok(())
     }
 
     fn bind(&self, input: &Schema) -> Result<(Layout, Groups)> {
@@ -579,11 +623,12 @@ impl AggregateOperator {
         let mut input_types = Vec::new();
         let mut accumulators = Vec::new();
         for expr in &self.spec.exprs {
-            let index = expr.column.as_deref().map(index_of).transpose()?;
+            let (function, column) = self.accumulated(expr);
+            let index = column.map(index_of).transpose()?;
             let source_type = index.map(|i| input.field(i).data_type().clone());
             let slot = accumulators.len();
             // Integers aggregate as Int64, floats as Float64; count takes any column.
-            let cast_to = match (expr.function, &source_type) {
+            let cast_to = match (function, &source_type) {
                 (AggregateFunction::Count, _) => None,
                 (_, Some(t)) if t.is_integer() => Some(DataType::Int64),
                 (_, Some(t)) if t.is_floating() => Some(DataType::Float64),
@@ -592,7 +637,7 @@ impl AggregateOperator {
                         "aggregate '{}': {function:?} needs an integer or floating-point column, \
                          '{}' is {t}",
                         expr.output,
-                        expr.column.as_deref().unwrap_or_default()
+                        column.unwrap_or_default()
                     )));
                 }
                 (function, None) => {
@@ -603,7 +648,7 @@ impl AggregateOperator {
                 }
             };
             let accumulator = Accumulator::for_type(
-                expr.function,
+                function,
                 index.is_some(),
                 cast_to.as_ref().unwrap_or(&DataType::Int64),
                 slot,
@@ -762,14 +807,14 @@ impl Operator for AggregateOperator {
         let mut accumulators = Vec::new();
         for (i, expr) in self.spec.exprs.iter().enumerate() {
             let state_type = schema.field(n_keys + i).data_type();
-            let accumulator =
-                Accumulator::for_type(expr.function, expr.column.is_some(), state_type, i)
-                    .ok_or_else(|| {
-                        Error::Corrupt(format!(
-                            "aggregate state column '{}' has type {state_type}",
-                            expr.output
-                        ))
-                    })?;
+            let (function, column) = self.accumulated(expr);
+            let accumulator = Accumulator::for_type(function, column.is_some(), state_type, i)
+                .ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "aggregate state column '{}' has type {state_type}",
+                        expr.output
+                    ))
+                })?;
             accumulators.push(accumulator);
         }
         let mut groups = Groups::new(index, accumulators, schema);

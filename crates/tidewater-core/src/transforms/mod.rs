@@ -3,6 +3,7 @@
 pub(crate) mod accumulator_table;
 pub mod aggregate;
 pub(crate) mod group_index;
+pub(crate) mod local_aggregate;
 pub(crate) mod prefetch;
 pub(crate) mod row_update;
 pub(crate) mod stateless;

@@ -1,0 +1,308 @@
+//! The first half of a two-phase aggregation: each upstream subtask
+//! aggregates its own rows before the shuffle, so a key crosses the shuffle
+//! once per checkpoint interval instead of once per row (the "combiner" of
+//! MapReduce, Flink's local-global aggregation).
+//!
+//! It keeps nothing across a barrier: at each one it emits its partial
+//! aggregates ahead of the barrier, so the merging aggregate after the
+//! shuffle holds all the state. Where pre-aggregating does not pay (most
+//! rows carry a key not seen since the last flush), it stops and passes rows
+//! on, reshaped as one-row partials.
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::compute::{cast, is_not_null};
+use arrow::datatypes::{DataType, SchemaRef};
+
+use super::aggregate::{AggregateFunction, AggregateOperator, AggregateSpec};
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator};
+
+/// Groups held before a flush: 256Ki groups of (say) three aggregates are
+/// ~8 MiB of accumulators, the size of a large L2/L3 share.
+const MAX_GROUPS: usize = 1 << 18;
+
+/// Rows per group below which a flush shows pre-aggregation does not pay.
+const MIN_ROWS_PER_GROUP: f64 = 2.0;
+
+/// Pre-aggregates `spec` per key ahead of a shuffle (see the module docs).
+pub(crate) struct LocalAggregateOperator {
+    keys: Vec<String>,
+    spec: Arc<AggregateSpec>,
+    groups: AggregateOperator,
+    rows_since_flush: u64,
+    max_groups: usize,
+    /// Set once pre-aggregation stopped paying: the partials' schema.
+    passing_through: Option<SchemaRef>,
+}
+
+impl LocalAggregateOperator {
+    /// Pre-aggregates `spec` grouped by `keys`.
+    pub(crate) fn new(keys: Vec<String>, spec: Arc<AggregateSpec>) -> Result<Self> {
+        Self::with_max_groups(keys, spec, MAX_GROUPS)
+    }
+
+    fn with_max_groups(
+        keys: Vec<String>,
+        spec: Arc<AggregateSpec>,
+        max_groups: usize,
+    ) -> Result<Self> {
+        Ok(LocalAggregateOperator {
+            groups: AggregateOperator::new(keys.clone(), spec.clone())?,
+            keys,
+            spec,
+            rows_since_flush: 0,
+            max_groups,
+            passing_through: None,
+        })
+    }
+
+    fn flush(&mut self, out: &mut Collector) -> Result<()> {
+        self.rows_since_flush = 0;
+        self.groups.emit_and_clear(out)
+    }
+
+    /// A batch of raw rows as partials of one row each.
+    fn as_partials(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+        let column = |name: &str| {
+            batch
+                .schema()
+                .index_of(name)
+                .map(|i| batch.column(i).clone())
+                .map_err(|_| {
+                    Error::BadInput(format!(
+                        "aggregate: column '{name}' is not in the input (columns: {})",
+                        batch
+                            .schema()
+                            .fields()
+                            .iter()
+                            .map(|f| f.name().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })
+        };
+        let mut columns: Vec<ArrayRef> =
+            self.keys.iter().map(|k| column(k)).collect::<Result<_>>()?;
+        let rows = batch.num_rows();
+        for (expr, field) in self
+            .spec
+            .exprs()
+            .iter()
+            .zip(&schema.fields()[self.keys.len()..])
+        {
+            columns.push(match (expr.function, expr.column.as_deref()) {
+                (AggregateFunction::Count, None) => Arc::new(Int64Array::from_value(1, rows)),
+                (AggregateFunction::Count, Some(name)) => {
+                    cast(&is_not_null(&column(name)?)?, &DataType::Int64)?
+                }
+                (_, Some(name)) => cast(&column(name)?, field.data_type())?,
+                (_, None) => {
+                    return Err(Error::Internal(format!(
+                        "aggregate '{}' has no input column",
+                        expr.output
+                    )));
+                }
+            });
+        }
+        Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    }
+}
+
+impl Operator for LocalAggregateOperator {
+    fn kind(&self) -> &str {
+        "aggregate-local"
+    }
+
+    fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        if let Some(schema) = &self.passing_through {
+            out.emit(self.as_partials(&batch, schema)?);
+            return Ok(());
+        }
+        self.rows_since_flush += batch.num_rows() as u64;
+        self.groups.process(batch, out)?;
+        let groups = self.groups.group_count();
+        if groups >= self.max_groups {
+            let rows_per_group = self.rows_since_flush as f64 / groups as f64;
+            if rows_per_group < MIN_ROWS_PER_GROUP {
+                tracing::debug!(
+                    groups,
+                    rows = self.rows_since_flush,
+                    "pre-aggregation does not pay for these keys: passing rows on"
+                );
+                self.passing_through = self.groups.output_schema();
+            }
+            self.flush(out)?;
+        }
+        Ok(())
+    }
+
+    fn flush_before_barrier(&mut self, out: &mut Collector) -> Result<()> {
+        self.flush(out)
+    }
+
+    fn finish(&mut self, out: &mut Collector) -> Result<()> {
+        self.flush(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Array, AsArray, Float64Array, StringArray};
+    use arrow::datatypes::{Float64Type, Int64Type};
+    use std::collections::BTreeMap;
+
+    /// count, count of v, sum of v, min and max of id.
+    type Group = (i64, i64, Option<f64>, Option<i64>, Option<i64>);
+
+    fn spec() -> Arc<AggregateSpec> {
+        Arc::new(
+            AggregateSpec::new()
+                .count("n")
+                .count_values("v", "n_v")
+                .sum("v", "sum_v")
+                .min("id", "min_id")
+                .max("id", "max_id"),
+        )
+    }
+
+    /// Rows with nulls in `v`, keys from a small and a wide range.
+    fn input(batch: u64, rows: u64, keys: u64) -> RecordBatch {
+        let mix = |i: u64| crate::splitmix64(batch * 1_000_003 + i);
+        let ids: Vec<i64> = (0..rows).map(|i| (batch * rows + i) as i64).collect();
+        let k: Vec<i64> = (0..rows).map(|i| (mix(i) % keys) as i64).collect();
+        let v: Vec<Option<f64>> = (0..rows)
+            .map(|i| (mix(i) % 7 != 0).then_some((mix(i) % 1000) as f64 / 4.0))
+            .collect();
+        let s: Vec<String> = (0..rows).map(|i| format!("s{i}")).collect();
+        RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(ids)) as ArrayRef),
+            ("k", Arc::new(Int64Array::from(k)) as ArrayRef),
+            ("v", Arc::new(Float64Array::from(v)) as ArrayRef),
+            ("s", Arc::new(StringArray::from(s)) as ArrayRef),
+        ])
+        .unwrap()
+    }
+
+    fn groups(batches: &[RecordBatch]) -> BTreeMap<i64, Group> {
+        let mut out = BTreeMap::new();
+        for b in batches {
+            let col = |i: usize| b.column(i).as_primitive::<Int64Type>().clone();
+            let (k, n, n_v, min, max) = (col(0), col(1), col(2), col(4), col(5));
+            let sum = b.column(3).as_primitive::<Float64Type>();
+            for r in 0..b.num_rows() {
+                let group = (
+                    n.value(r),
+                    n_v.value(r),
+                    sum.is_valid(r).then(|| sum.value(r)),
+                    min.is_valid(r).then(|| min.value(r)),
+                    max.is_valid(r).then(|| max.value(r)),
+                );
+                assert!(
+                    out.insert(k.value(r), group).is_none(),
+                    "key {} emitted twice",
+                    k.value(r)
+                );
+            }
+        }
+        out
+    }
+
+    /// Runs batches through local aggregates (flushing every `barrier_every`
+    /// batches) and one merging aggregate; returns the merged output.
+    fn two_phase(
+        batches: &[RecordBatch],
+        max_groups: usize,
+        barrier_every: usize,
+    ) -> Vec<RecordBatch> {
+        let mut locals: Vec<LocalAggregateOperator> = (0..2)
+            .map(|_| {
+                LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), max_groups)
+                    .unwrap()
+            })
+            .collect();
+        let mut merge = AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
+        let mut partials = Collector::default();
+        for (i, batch) in batches.iter().enumerate() {
+            locals[i % 2].process(batch.clone(), &mut partials).unwrap();
+            if (i + 1) % barrier_every == 0 {
+                for local in &mut locals {
+                    local.flush_before_barrier(&mut partials).unwrap();
+                }
+            }
+            for partial in partials.take() {
+                merge.process(partial, &mut Collector::default()).unwrap();
+            }
+        }
+        for local in &mut locals {
+            local.finish(&mut partials).unwrap();
+        }
+        for partial in partials.take() {
+            merge.process(partial, &mut Collector::default()).unwrap();
+        }
+        let mut out = Collector::default();
+        merge.finish(&mut out).unwrap();
+        out.take()
+    }
+
+    fn one_phase(batches: &[RecordBatch]) -> Vec<RecordBatch> {
+        let mut whole = AggregateOperator::new(vec!["k".into()], spec()).unwrap();
+        for batch in batches {
+            whole
+                .process(batch.clone(), &mut Collector::default())
+                .unwrap();
+        }
+        let mut out = Collector::default();
+        whole.finish(&mut out).unwrap();
+        out.take()
+    }
+
+    #[test]
+    fn two_phases_give_what_one_gives_whether_pre_aggregating_or_passing_rows_on() {
+        // Quarters keep every float sum exact, whatever the order of additions.
+        for (keys, max_groups, barrier_every) in [
+            (50, 1 << 18, 3),    // few keys: pre-aggregates, flushed at barriers
+            (50, 1 << 18, 1000), // no barrier: flushed at the end only
+            (5_000, 1 << 18, 2), // more keys than rows per flush
+            (100_000, 64, 4),    // the cap trips with 1 row per group: passes rows on
+            (40, 32, 5),         // the cap trips with many rows per group: keeps going
+        ] {
+            let batches: Vec<RecordBatch> = (0..24).map(|b| input(b, 500, keys)).collect();
+            let expected = groups(&one_phase(&batches));
+            let got = groups(&two_phase(&batches, max_groups, barrier_every));
+            assert_eq!(
+                got, expected,
+                "keys {keys}, cap {max_groups}, barrier every {barrier_every}"
+            );
+            assert_eq!(
+                got.values().map(|g| g.0).sum::<i64>(),
+                24 * 500,
+                "every row counted once"
+            );
+        }
+    }
+
+    #[test]
+    fn merged_output_has_the_one_phase_schema() {
+        let batches: Vec<RecordBatch> = (0..4).map(|b| input(b, 100, 10)).collect();
+        assert_eq!(
+            two_phase(&batches, 1 << 18, 2)[0].schema(),
+            one_phase(&batches)[0].schema()
+        );
+    }
+
+    #[test]
+    fn passing_through_starts_only_when_pre_aggregation_does_not_pay() {
+        let mut wide =
+            LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), 64).unwrap();
+        let mut out = Collector::default();
+        wide.process(input(0, 500, 1_000_000), &mut out).unwrap();
+        assert!(wide.passing_through.is_some());
+        let mut narrow =
+            LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), 64).unwrap();
+        narrow.process(input(0, 500, 64), &mut out).unwrap();
+        assert!(narrow.passing_through.is_none());
+    }
+}
