@@ -13,7 +13,8 @@ use async_trait::async_trait;
 use tidewater::checkpoint::StateStore;
 use tidewater::prelude::*;
 use tidewater::{
-    CheckpointId, CommitHandle, Error, Sink, SinkWriter, StoreLocation, open_location, splitmix64,
+    CheckpointId, CommitHandle, Error, RateLimit, Sink, SinkWriter, StoreLocation, open_location,
+    splitmix64,
 };
 
 /// A transactional in-memory sink: batches are staged per checkpoint and
@@ -175,6 +176,9 @@ fn numbering_job(sink: &MemorySink) -> Job {
             GeneratorSource::new(ROWS, KEYS).with_batch_rows(1000),
         )
         .parallelism(1)
+        // Half the rows at once (the bucket starts full), the rest over a
+        // second: the cancel lands before the end.
+        .throttle(RateLimit::new(ROWS as f64 / 2.0))
         .filter("odd-ids", |batch| {
             let id = batch.column(0).as_primitive::<Int64Type>();
             Ok(id.iter().map(|v| v.map(|v| v % 2 == 1)).collect())

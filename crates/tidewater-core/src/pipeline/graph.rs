@@ -40,6 +40,10 @@ pub(crate) struct Node {
     /// Without a parallelism of its own, take this node's (an operator the
     /// builder inserted to run beside its input, e.g. a pre-aggregation).
     pub parallelism_of: Option<usize>,
+    /// What to run instead when this node and every consumer of it have one
+    /// subtask each (a pre-aggregation then saves no shuffle: it would only
+    /// aggregate twice in one task).
+    pub single_subtask_body: Option<OperatorFactory>,
     pub inputs: Vec<Edge>,
     /// Consulted before each fetch (sources only).
     pub throttles: Vec<Arc<dyn crate::throttle::Throttle>>,

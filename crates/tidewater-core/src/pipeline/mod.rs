@@ -68,6 +68,7 @@ impl Pipeline {
             body,
             parallelism: None,
             parallelism_of: None,
+            single_subtask_body: None,
             inputs,
             throttles: Vec::new(),
         });
@@ -175,6 +176,7 @@ impl Stream {
             body,
             parallelism: None,
             parallelism_of: None,
+            single_subtask_body: None,
             throttles: Vec::new(),
             inputs: vec![Edge {
                 from: self.node,
@@ -280,10 +282,12 @@ impl KeyedStream {
     ///
     /// Runs in two phases: beside each upstream subtask, an operator with
     /// uid `{uid}.local` aggregates that subtask's rows until the next
-    /// checkpoint barrier (at most 256Ki keys at a time), so only partial
-    /// aggregates cross the shuffle; it holds no state across a barrier and
-    /// passes rows on unaggregated when most keys are new since its last
-    /// flush. `uid` merges the partials and holds the checkpointed state.
+    /// checkpoint barrier (at most 256Ki keys at a time, ~11 MiB per subtask
+    /// for three aggregates), so only partial aggregates cross the shuffle;
+    /// it holds no state across a barrier and passes rows on unaggregated
+    /// when most keys are new since its last flush. `uid` merges the
+    /// partials and holds the checkpointed state. With one subtask on each
+    /// side of the shuffle, `{uid}.local` only reshapes rows for `uid`.
     pub fn aggregate(self, uid: impl Into<String>, spec: AggregateSpec) -> Stream {
         let uid = uid.into();
         let keys = self.keys.clone();
@@ -301,7 +305,17 @@ impl KeyedStream {
                 })),
             )
         };
-        local.graph.borrow_mut()[local.node].parallelism_of = Some(upstream);
+        {
+            let mut graph = local.graph.borrow_mut();
+            graph[local.node].parallelism_of = Some(upstream);
+            let (keys, spec) = (keys.clone(), spec.clone());
+            graph[local.node].single_subtask_body = Some(Arc::new(move |_: &TaskContext| {
+                Ok(Box::new(LocalAggregateOperator::passing_on(
+                    keys.clone(),
+                    spec.clone(),
+                )?) as Box<dyn Operator>)
+            }));
+        }
         local.key_by(keys.clone()).keyed().then(
             uid,
             NodeBody::Operator(Arc::new(move |_: &TaskContext| {

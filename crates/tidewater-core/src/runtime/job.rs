@@ -266,6 +266,19 @@ impl Job {
                 }
             }
         }
+        // One subtask feeding one subtask: the shuffle is chained away, and
+        // a pre-aggregation there would only aggregate twice in one task.
+        for id in 0..nodes.len() {
+            let alone = parallelism[id] == 1
+                && nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.inputs.iter().any(|e| e.from == id))
+                    .all(|(consumer, _)| parallelism[consumer] == 1);
+            if alone && let Some(body) = nodes[id].single_subtask_body.take() {
+                nodes[id].body = NodeBody::Operator(body);
+            }
+        }
         let chains = plan_chains(&nodes, &parallelism);
         Ok(Job {
             name,
