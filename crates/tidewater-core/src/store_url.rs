@@ -90,6 +90,24 @@ pub fn open_location(location: &str) -> Result<StoreLocation> {
     }
 }
 
+/// The file that a local folder store keeps under `folder` for an object
+/// path given as its segments (each segment is one directory level).
+///
+/// ```
+/// let file = tidewater_core::local_file(std::path::Path::new("/state"), "job/chk-1/a.arrow".split('/'));
+/// assert_eq!(file, std::path::Path::new("/state/job/chk-1/a.arrow"));
+/// ```
+pub fn local_file(
+    folder: &std::path::Path,
+    segments: impl IntoIterator<Item = impl AsRef<str>>,
+) -> std::path::PathBuf {
+    segments
+        .into_iter()
+        .fold(folder.to_path_buf(), |dir, segment| {
+            dir.join(segment.as_ref())
+        })
+}
+
 fn local_folder(path: &std::path::Path, display: String) -> Result<StoreLocation> {
     std::fs::create_dir_all(path).map_err(|e| Error::External {
         message: format!(

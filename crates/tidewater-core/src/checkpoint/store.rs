@@ -25,24 +25,6 @@ use crate::ids::{CheckpointId, Epoch};
 use crate::store_url::StoreLocation;
 
 const MANIFEST: &str = "_MANIFEST.json";
-
-/// The local file of blob `relative` (`{uid}/{subtask}.arrow`) of checkpoint
-/// `id` under the job's folder `root`.
-fn relative_to_checkpoint(
-    root: &std::path::Path,
-    id: CheckpointId,
-    relative: &str,
-) -> std::path::PathBuf {
-    relative
-        .split('/')
-        .fold(root.join(checkpoint_dir_name(id)), |dir, part| {
-            dir.join(part)
-        })
-}
-
-fn checkpoint_dir_name(id: CheckpointId) -> String {
-    format!("chk-{:020}", id.0)
-}
 const EPOCHS: &str = "_epochs";
 
 /// Checkpoint storage for one job.
@@ -53,9 +35,9 @@ pub struct StateStore {
     job: String,
     /// Blob buffers back from their upload, for the next checkpoint's blobs.
     buffers: BlobBuffers,
-    /// The job's folder, when the store is a local folder: large blobs are
-    /// written there directly (see [`local_write`]).
-    local_root: Option<std::path::PathBuf>,
+    /// The store's folder, when it is a local one: large blobs are written
+    /// there directly (see [`local_write`]).
+    local_folder: Option<std::path::PathBuf>,
 }
 
 impl StateStore {
@@ -64,13 +46,10 @@ impl StateStore {
         let root = location.prefix.clone().join(job);
         StateStore {
             store: location.store.clone(),
-            root: root.clone(),
+            root,
             job: job.to_string(),
             buffers: BlobBuffers::default(),
-            local_root: location.local_folder.as_ref().map(|folder| {
-                root.parts()
-                    .fold(folder.clone(), |dir, part| dir.join(part.as_ref()))
-            }),
+            local_folder: location.local_folder.clone(),
         }
     }
 
@@ -85,7 +64,7 @@ impl StateStore {
     }
 
     fn checkpoint_dir(&self, id: CheckpointId) -> Path {
-        self.root.clone().join(checkpoint_dir_name(id))
+        self.root.clone().join(format!("chk-{:020}", id.0))
     }
 
     fn manifest_path(&self, id: CheckpointId) -> Path {
@@ -112,9 +91,9 @@ impl StateStore {
             bytes: bytes.len() as u64,
             crc32: blob::checksum(&bytes),
         };
-        match &self.local_root {
-            Some(root) if bytes.len() >= local_write::DIRECT_MIN_BYTES => {
-                let file = relative_to_checkpoint(root, id, &record.path);
+        match &self.local_folder {
+            Some(folder) if bytes.len() >= local_write::DIRECT_MIN_BYTES => {
+                let file = crate::local_file(folder, path.parts());
                 let written = bytes.clone();
                 tokio::task::spawn_blocking(move || local_write::write_durably(&file, &written))
                     .await

@@ -10,9 +10,9 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, PrimitiveArray};
 use arrow::buffer::{BooleanBuffer, NullBuffer};
-use arrow::compute::cast;
+use arrow::compute::{cast, is_not_null};
 use arrow::datatypes::{
     ArrowNativeTypeOp, ArrowPrimitiveType, DataType, Field, Float64Type, Int64Type, Schema,
     SchemaRef,
@@ -588,9 +588,31 @@ impl AggregateOperator {
         self.groups.as_ref().map_or(0, |g| g.index.len())
     }
 
-    /// The schema of the output, once the first batch has fixed it.
-    pub(crate) fn output_schema(&self) -> Option<SchemaRef> {
-        self.groups.as_ref().map(|g| g.schema.clone())
+    /// Raw rows as partial aggregates of one row each, in the output's
+    /// schema: what [`emit_and_clear`](Self::emit_and_clear) would emit if
+    /// every row had a key of its own.
+    pub(crate) fn partial_rows(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
+        if self.layout.is_none() || self.groups.is_none() {
+            let (layout, groups) = self.bind(&batch.schema())?;
+            self.layout = Some(layout);
+            self.groups = Some(groups);
+        }
+        let layout = self.layout.as_ref().expect("bound above");
+        let schema = self.groups.as_ref().expect("bound above").schema.clone();
+        let mut columns: Vec<ArrayRef> = layout
+            .key_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        for (index, cast_to) in layout.input_indices.iter().zip(&layout.input_types) {
+            columns.push(match (index, cast_to) {
+                (None, _) => Arc::new(Int64Array::from_value(1, batch.num_rows())),
+                // A count of values: 1 where there is one.
+                (Some(i), None) => cast(&is_not_null(batch.column(*i))?, &DataType::Int64)?,
+                (Some(i), Some(to)) => cast(batch.column(*i), to)?,
+            });
+        }
+        Ok(RecordBatch::try_new(schema, columns)?)
     }
 
     /// Emits every group and starts again from none.

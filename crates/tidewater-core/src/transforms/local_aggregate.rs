@@ -11,12 +11,10 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, Int64Array, RecordBatch};
-use arrow::compute::{cast, is_not_null};
-use arrow::datatypes::{DataType, SchemaRef};
+use arrow::array::RecordBatch;
 
-use super::aggregate::{AggregateFunction, AggregateOperator, AggregateSpec};
-use crate::error::{Error, Result};
+use super::aggregate::{AggregateOperator, AggregateSpec};
+use crate::error::Result;
 use crate::operator::{Collector, Operator};
 
 /// Groups held before a flush: 256Ki groups of three aggregates take ~11 MiB
@@ -31,14 +29,12 @@ const MIN_ROWS_PER_GROUP: f64 = 2.0;
 
 /// Pre-aggregates `spec` per key ahead of a shuffle (see the module docs).
 pub(crate) struct LocalAggregateOperator {
-    keys: Vec<String>,
-    spec: Arc<AggregateSpec>,
     groups: AggregateOperator,
     rows_since_flush: u64,
     max_groups: usize,
     min_rows_per_group: f64,
-    /// Set once pre-aggregation stopped paying: the partials' schema.
-    passing_through: Option<SchemaRef>,
+    /// Set once pre-aggregation stopped paying: rows go on as partials.
+    passing_through: bool,
 }
 
 impl LocalAggregateOperator {
@@ -61,65 +57,17 @@ impl LocalAggregateOperator {
         max_groups: usize,
     ) -> Result<Self> {
         Ok(LocalAggregateOperator {
-            groups: AggregateOperator::new(keys.clone(), spec.clone())?,
-            keys,
-            spec,
+            groups: AggregateOperator::new(keys, spec)?,
             rows_since_flush: 0,
             max_groups,
             min_rows_per_group: MIN_ROWS_PER_GROUP,
-            passing_through: None,
+            passing_through: false,
         })
     }
 
     fn flush(&mut self, out: &mut Collector) -> Result<()> {
         self.rows_since_flush = 0;
         self.groups.emit_and_clear(out)
-    }
-
-    /// A batch of raw rows as partials of one row each.
-    fn as_partials(&self, batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-        let column = |name: &str| {
-            batch
-                .schema()
-                .index_of(name)
-                .map(|i| batch.column(i).clone())
-                .map_err(|_| {
-                    Error::BadInput(format!(
-                        "aggregate: column '{name}' is not in the input (columns: {})",
-                        batch
-                            .schema()
-                            .fields()
-                            .iter()
-                            .map(|f| f.name().as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ))
-                })
-        };
-        let mut columns: Vec<ArrayRef> =
-            self.keys.iter().map(|k| column(k)).collect::<Result<_>>()?;
-        let rows = batch.num_rows();
-        for (expr, field) in self
-            .spec
-            .exprs()
-            .iter()
-            .zip(&schema.fields()[self.keys.len()..])
-        {
-            columns.push(match (expr.function, expr.column.as_deref()) {
-                (AggregateFunction::Count, None) => Arc::new(Int64Array::from_value(1, rows)),
-                (AggregateFunction::Count, Some(name)) => {
-                    cast(&is_not_null(&column(name)?)?, &DataType::Int64)?
-                }
-                (_, Some(name)) => cast(&column(name)?, field.data_type())?,
-                (_, None) => {
-                    return Err(Error::Internal(format!(
-                        "aggregate '{}' has no input column",
-                        expr.output
-                    )));
-                }
-            });
-        }
-        Ok(RecordBatch::try_new(schema.clone(), columns)?)
     }
 }
 
@@ -129,8 +77,8 @@ impl Operator for LocalAggregateOperator {
     }
 
     fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
-        if let Some(schema) = &self.passing_through {
-            out.emit(self.as_partials(&batch, schema)?);
+        if self.passing_through {
+            out.emit(self.groups.partial_rows(&batch)?);
             return Ok(());
         }
         self.rows_since_flush += batch.num_rows() as u64;
@@ -144,7 +92,7 @@ impl Operator for LocalAggregateOperator {
                     rows = self.rows_since_flush,
                     "pre-aggregation does not pay for these keys: passing rows on"
                 );
-                self.passing_through = self.groups.output_schema();
+                self.passing_through = true;
             }
             self.flush(out)?;
         }
@@ -163,7 +111,7 @@ impl Operator for LocalAggregateOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{Array, AsArray, Float64Array, StringArray};
+    use arrow::array::{Array, ArrayRef, AsArray, Float64Array, Int64Array, StringArray};
     use arrow::datatypes::{Float64Type, Int64Type};
     use std::collections::BTreeMap;
 
@@ -312,13 +260,13 @@ mod tests {
             LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), 64).unwrap();
         let mut out = Collector::default();
         wide.process(input(0, 500, 1_000_000), &mut out).unwrap();
-        assert!(wide.passing_through.is_some());
+        assert!(wide.passing_through);
         let mut narrow =
             LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), 64).unwrap();
         narrow.process(input(0, 500, 64), &mut out).unwrap();
-        assert!(narrow.passing_through.is_none());
+        assert!(!narrow.passing_through);
         let mut chained = LocalAggregateOperator::passing_on(vec!["k".into()], spec()).unwrap();
         chained.process(input(0, 500, 64), &mut out).unwrap();
-        assert!(chained.passing_through.is_some());
+        assert!(chained.passing_through);
     }
 }

@@ -120,12 +120,9 @@ impl ParquetSink {
     pub fn new(location: StoreLocation) -> Self {
         ParquetSink {
             uploader: Uploader {
-                local_root: location.local_folder.map(|folder| {
-                    location
-                        .prefix
-                        .parts()
-                        .fold(folder, |dir, part| dir.join(part.as_ref()))
-                }),
+                local_root: location
+                    .local_folder
+                    .map(|folder| tidewater_core::local_file(&folder, location.prefix.parts())),
                 store: location.store,
                 multipart: location.multipart,
                 root: location.prefix,

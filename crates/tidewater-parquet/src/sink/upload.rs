@@ -150,11 +150,8 @@ impl Uploader {
                     return self.delete_all(parts).await;
                 }
                 if let (Some(root), Some(first)) = (&self.local_root, parts.first()) {
-                    let local = |relative: &str| {
-                        relative
-                            .split('/')
-                            .fold(root.clone(), |dir, part| dir.join(part))
-                    };
+                    let local =
+                        |relative: &str| tidewater_core::local_file(root, relative.split('/'));
                     let sources: Vec<_> = parts.iter().map(|part| local(part)).collect();
                     // Named like the file's staged parts, so a writer opening
                     // after a crash mid-concatenation deletes a leftover.
@@ -231,9 +228,7 @@ impl Uploader {
         let Some(root) = &self.local_root else {
             return Ok(());
         };
-        let dir = relative
-            .split('/')
-            .fold(root.clone(), |dir, part| dir.join(part));
+        let dir = tidewater_core::local_file(root, relative.split('/'));
         let Ok(entries) = std::fs::read_dir(&dir) else {
             return Ok(()); // no such folder: nothing was ever staged
         };
