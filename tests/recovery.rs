@@ -101,10 +101,11 @@ fn blobs_of(manifest: &Path, uid: &str) -> Vec<PathBuf> {
 
 #[test]
 fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
-    // aggregate: the newest checkpoint's keyed state is damaged.
+    // aggregate: the newest checkpoint's partial aggregates are damaged (the
+    // pre-aggregation beside each source holds them until the input ends).
     // copy: the newest checkpoint's source cursors are damaged, and the output
     // it already committed must be taken back, or those rows would repeat.
-    for (mode, uid) in [("aggregate", "aggregate"), ("copy", "generator")] {
+    for (mode, uid) in [("aggregate", "aggregate.local"), ("copy", "generator")] {
         let dir = tempfile::tempdir().unwrap();
         let job = Backfill::new(dir.path(), mode, rows_for(mode), KEYS);
         run_and_kill_after(&job, 2);
@@ -143,8 +144,9 @@ fn a_changed_pipeline_is_refused_with_the_operator_named() {
     let refused = other_mode.run();
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     let message = stderr(&refused);
+    // The aggregate, or its pre-aggregation `aggregate.local`, is named.
     assert!(
-        message.contains("operator 'aggregate'") && message.contains("is new"),
+        message.contains("operator 'aggregate") && message.contains("is new"),
         "{message}"
     );
 
@@ -176,7 +178,7 @@ fn keyed_state_refuses_a_different_parallelism() {
     assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
     let message = stderr(&refused);
     assert!(
-        message.contains("operator 'aggregate'") && message.contains("parallelism 2"),
+        message.contains("operator 'aggregate") && message.contains("parallelism 2"),
         "{message}"
     );
 }

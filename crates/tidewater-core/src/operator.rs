@@ -103,14 +103,6 @@ pub trait Operator: Send + 'static {
         Ok(())
     }
 
-    /// Called at a checkpoint barrier (after all inputs aligned), before
-    /// [`snapshot`](Operator::snapshot): emits what must reach the next
-    /// operators ahead of the barrier. An operator that hands everything it
-    /// holds on here (a pre-aggregation) has no state to snapshot.
-    fn flush_before_barrier(&mut self, _out: &mut Collector) -> Result<()> {
-        Ok(())
-    }
-
     /// Returns the operator's state as of now, or `None` when it has none.
     /// Called between batches; should copy, not serialise (the runtime
     /// encodes and uploads the copy off the task).

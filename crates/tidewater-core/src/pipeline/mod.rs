@@ -281,13 +281,15 @@ impl KeyedStream {
     /// partial aggregates are checkpointed.
     ///
     /// Runs in two phases: beside each upstream subtask, an operator with
-    /// uid `{uid}.local` aggregates that subtask's rows until the next
-    /// checkpoint barrier (at most 256Ki keys at a time, ~11 MiB per subtask
-    /// for three aggregates), so only partial aggregates cross the shuffle;
-    /// it holds no state across a barrier and passes rows on unaggregated
-    /// when most keys are new since its last flush. `uid` merges the
-    /// partials and holds the checkpointed state. With one subtask on each
-    /// side of the shuffle, `{uid}.local` only reshapes rows for `uid`.
+    /// uid `{uid}.local` aggregates that subtask's rows (at most 1Mi keys at
+    /// a time, ~45 MiB per subtask for three aggregates) and checkpoints its
+    /// partial aggregates; it hands them to `uid` across the shuffle when its
+    /// table is full and at the end of input, so only partial aggregates
+    /// cross the shuffle. When its table fills with fewer than two rows per
+    /// key, it passes rows on unaggregated instead. `uid` merges the
+    /// partials. Both keep state, so both uids must stay in the pipeline
+    /// across a restore. With one subtask on each side of the shuffle,
+    /// `{uid}.local` only reshapes rows for `uid`.
     pub fn aggregate(self, uid: impl Into<String>, spec: AggregateSpec) -> Stream {
         let uid = uid.into();
         let keys = self.keys.clone();

@@ -49,12 +49,6 @@ impl OperatorChain {
         self.drain(|operator, out| operator.finish(out))
     }
 
-    /// At a barrier: what each operator flushes ahead of it flows through the
-    /// ones after it, so the barrier follows every row it covers.
-    pub fn flush_before_barrier(&mut self) -> Result<Vec<RecordBatch>> {
-        self.drain(|operator, out| operator.flush_before_barrier(out))
-    }
-
     fn drain(
         &mut self,
         step: impl Fn(&mut dyn Operator, &mut Collector) -> Result<()>,

@@ -138,8 +138,6 @@ impl TaskCore {
         extra: Option<(Arc<str>, RecordBatch)>,
         rows_read: u64,
     ) -> Result<()> {
-        let flushed = self.chain.flush_before_barrier()?;
-        self.emit(flushed).await?;
         let mut states = self.chain.snapshot()?;
         states.extend(extra);
         let (commits, sink_state) = self.pre_commit(checkpoint).await?;

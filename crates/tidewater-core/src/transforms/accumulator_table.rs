@@ -78,12 +78,18 @@ impl AccumulatorTable {
         (&mut self.words, self.shift)
     }
 
-    /// Accumulator `slot` of every group, in group order.
-    pub fn column<T: Word>(&self, slot: usize) -> Vec<T> {
-        self.words
-            .chunks_exact(1 << self.shift)
-            .map(|row| T::from_word(row[slot]))
-            .collect()
+    /// Appends accumulator `slot` of every group, in group order, to
+    /// `columns[slot]`, in one pass over the table.
+    pub fn columns_into(&self, columns: &mut [Vec<u64>]) {
+        let groups = self.groups();
+        for column in columns.iter_mut() {
+            column.reserve(groups);
+        }
+        for row in self.words.chunks_exact(1 << self.shift) {
+            for (column, word) in columns.iter_mut().zip(row) {
+                column.push(*word);
+            }
+        }
     }
 
     /// Sets accumulator `slot` of groups `0..` from `values`.
@@ -106,13 +112,14 @@ mod tests {
         let (cells, shift) = table.cells();
         assert_eq!(shift, 2); // three slots padded to four
         cells[(1 << shift) | 1] = 2.5f64.to_word();
-        assert_eq!(
-            table.column::<f64>(1),
-            vec![f64::NEG_INFINITY, 2.5, f64::NEG_INFINITY]
-        );
         table.set_column(2, [-1i64, -2, -3].into_iter());
-        assert_eq!(table.column::<i64>(2), vec![-1, -2, -3]);
-        assert_eq!(table.column::<i64>(0), vec![0, 0, 0]);
+        let mut columns = vec![Vec::new(); 3];
+        table.columns_into(&mut columns);
+        let floats: Vec<f64> = columns[1].iter().map(|w| f64::from_word(*w)).collect();
+        assert_eq!(floats, vec![f64::NEG_INFINITY, 2.5, f64::NEG_INFINITY]);
+        let ints = |c: &[u64]| c.iter().map(|w| i64::from_word(*w)).collect::<Vec<_>>();
+        assert_eq!(ints(&columns[2]), vec![-1, -2, -3]);
+        assert_eq!(ints(&columns[0]), vec![0, 0, 0]);
         table.resize(2); // never shrinks
         assert_eq!(table.groups(), 3);
     }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, PrimitiveArray};
-use arrow::buffer::{BooleanBuffer, NullBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, NullBuffer, ScalarBuffer};
 use arrow::compute::{cast, is_not_null};
 use arrow::datatypes::{
     ArrowNativeTypeOp, ArrowPrimitiveType, DataType, Field, Float64Type, Int64Type, Schema,
@@ -23,6 +23,7 @@ use super::accumulator_table::{AccumulatorTable, Word};
 use super::group_index::GroupIndex;
 use super::prefetch::{LOOKAHEAD, prefetch};
 use super::row_update::{RowOp, update_rows};
+use super::spare_columns::SpareColumns;
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator};
 
@@ -224,10 +225,13 @@ where
         self.unseen = 0;
     }
 
-    fn to_array(&self, table: &AccumulatorTable) -> ArrayRef {
-        let nulls = NullBuffer::new(BooleanBuffer::from(self.seen.as_slice()));
-        let values: Vec<T::Native> = table.column(self.slot);
-        Arc::new(PrimitiveArray::<T>::new(values.into(), Some(nulls)))
+    /// The output column from this accumulator's words, null where a group
+    /// got no value.
+    fn to_array(&self, values: Buffer) -> ArrayRef {
+        let nulls =
+            (self.unseen > 0).then(|| NullBuffer::new(BooleanBuffer::from(self.seen.as_slice())));
+        let values = ScalarBuffer::new(values, 0, self.seen.len());
+        Arc::new(PrimitiveArray::<T>::new(values, nulls))
     }
 
     fn restore(&mut self, table: &mut AccumulatorTable, array: &ArrayRef) -> Result<()> {
@@ -473,13 +477,18 @@ impl Accumulator {
         }
     }
 
-    fn to_array(&self, table: &AccumulatorTable) -> ArrayRef {
+    /// The output column from this accumulator's words (one per group, as
+    /// [`Word`]s of its type).
+    fn to_array(&self, values: Buffer, groups: usize) -> ArrayRef {
         match self {
-            Accumulator::CountRows(slot) | Accumulator::CountValues(slot) => Arc::new(
-                PrimitiveArray::<Int64Type>::new(table.column::<i64>(*slot).into(), None),
-            ),
-            Accumulator::Int(n) => n.to_array(table),
-            Accumulator::Float(n) => n.to_array(table),
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) => {
+                Arc::new(PrimitiveArray::<Int64Type>::new(
+                    ScalarBuffer::new(values, 0, groups),
+                    None,
+                ))
+            }
+            Accumulator::Int(n) => n.to_array(values),
+            Accumulator::Float(n) => n.to_array(values),
         }
     }
 
@@ -536,6 +545,8 @@ pub struct AggregateOperator {
     layout: Option<Layout>,
     groups: Option<Groups>,
     scratch: Vec<u32>,
+    /// Output column memory kept across snapshots.
+    spare: SpareColumns,
 }
 
 impl AggregateOperator {
@@ -558,6 +569,7 @@ impl AggregateOperator {
             layout: None,
             groups: None,
             scratch: Vec::new(),
+            spare: SpareColumns::default(),
         })
     }
 
@@ -703,17 +715,20 @@ impl AggregateOperator {
         Ok((layout, groups))
     }
 
-    fn output(&self) -> Result<Option<RecordBatch>> {
+    /// Every group as one batch: keys, then one column per aggregate.
+    fn output(&mut self) -> Result<Option<RecordBatch>> {
         let Some(groups) = &self.groups else {
             return Ok(None);
         };
-        let mut columns = groups.index.key_columns()?;
-        columns.extend(
-            groups
-                .accumulators
-                .iter()
-                .map(|a| a.to_array(&groups.table)),
-        );
+        let spare = &mut self.spare;
+        spare.reclaim();
+        let n = groups.index.len();
+        let mut columns = groups.index.key_columns(spare)?;
+        let mut words: Vec<Vec<u64>> = groups.accumulators.iter().map(|_| spare.take(n)).collect();
+        groups.table.columns_into(&mut words);
+        for (accumulator, words) in groups.accumulators.iter().zip(words) {
+            columns.push(accumulator.to_array(spare.lend(words), n));
+        }
         Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
     }
 }

@@ -3,12 +3,14 @@
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array};
+use arrow::buffer::ScalarBuffer;
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::{RowConverter, SortField};
 use foldhash::fast::RandomState;
 use hashbrown::HashMap;
 
 use super::prefetch::{LOOKAHEAD, prefetch};
+use super::spare_columns::SpareColumns;
 use crate::error::Result;
 
 /// The direct table's largest size (16 MiB of slots).
@@ -149,14 +151,18 @@ impl GroupIndex {
         Ok(())
     }
 
-    /// The key columns, one row per group in group order.
-    pub fn key_columns(&self) -> Result<Vec<ArrayRef>> {
+    /// The key columns, one row per group in group order (a null-free
+    /// Int64 key is copied into memory from `spare`).
+    pub fn key_columns(&self, spare: &mut SpareColumns) -> Result<Vec<ArrayRef>> {
         match self {
             GroupIndex::Int64 {
                 keys, null_group, ..
             } => {
                 if null_group.is_none() {
-                    return Ok(vec![Arc::new(Int64Array::new(keys.clone().into(), None))]);
+                    let mut words = spare.take(keys.len());
+                    words.extend(keys.iter().map(|k| *k as u64));
+                    let values = ScalarBuffer::new(spare.lend(words), 0, keys.len());
+                    return Ok(vec![Arc::new(Int64Array::new(values, None))]);
                 }
                 // Groups are numbered in first-seen order, so the null group sits
                 // at its own index among the non-null keys.
@@ -249,7 +255,7 @@ mod tests {
             assign(&mut index, vec![Some(1 << 40), Some(-5), None]),
             vec![1, 2, 3]
         );
-        let columns = index.key_columns().unwrap();
+        let columns = index.key_columns(&mut SpareColumns::default()).unwrap();
         let keys = columns[0].as_primitive::<Int64Type>();
         assert_eq!(keys.len(), index.len());
         assert_eq!(keys.value(1), 1 << 40);

@@ -1,13 +1,17 @@
 //! The first half of a two-phase aggregation: each upstream subtask
 //! aggregates its own rows before the shuffle, so a key crosses the shuffle
-//! once per checkpoint interval instead of once per row (the "combiner" of
-//! MapReduce, Flink's local-global aggregation).
+//! once instead of once per row (the "combiner" of MapReduce, the partial
+//! aggregation of DuckDB's and DataFusion's parallel GROUP BY).
 //!
-//! It keeps nothing across a barrier: at each one it emits its partial
-//! aggregates ahead of the barrier, so the merging aggregate after the
-//! shuffle holds all the state. Where pre-aggregating does not pay (most
-//! rows carry a key not seen since the last flush), it stops and passes rows
-//! on, reshaped as one-row partials.
+//! Its partial groups are checkpointed state: at a barrier it snapshots them
+//! instead of sending them on, so checkpointing costs a copy of the table,
+//! not a shuffle and a merge of every key. It hands its partials to the
+//! merging aggregate when its table is full and at the end of input. A
+//! restored pre-aggregation continues from its snapshot; the merging
+//! aggregate holds what was handed on before it, so together they cover
+//! exactly the rows before the barrier. Where pre-aggregating does not pay
+//! (the table filled with fewer than [`MIN_ROWS_PER_GROUP`] rows per key),
+//! it passes rows on, reshaped as one-row partials, and holds nothing.
 
 use std::sync::Arc;
 
@@ -17,19 +21,20 @@ use super::aggregate::{AggregateOperator, AggregateSpec};
 use crate::error::Result;
 use crate::operator::{Collector, Operator};
 
-/// Groups held before a flush: 256Ki groups of three aggregates take ~11 MiB
-/// per subtask. (1Mi, measured on a 1M-key aggregate at p2: 0.80 of the
-/// hand-fused loop instead of 0.62-0.71, but 6% overhead at 1 s checkpoints
-/// instead of none, and a peak of 434 MiB instead of 220: each barrier then
-/// flushes and rebuilds a million groups per subtask.)
-const MAX_GROUPS: usize = 1 << 18;
+/// Groups held before the partials go on: 1Mi groups of three aggregates
+/// take ~45 MiB per subtask (key, slot and a 32-byte accumulator row each).
+/// More keys than this per upstream subtask, seen with few repeats, make the
+/// pre-aggregation pass rows on.
+const MAX_GROUPS: usize = 1 << 20;
 
-/// Rows per group below which a flush shows pre-aggregation does not pay.
+/// Rows per group below which a full table shows pre-aggregation does not pay.
 const MIN_ROWS_PER_GROUP: f64 = 2.0;
 
 /// Pre-aggregates `spec` per key ahead of a shuffle (see the module docs).
 pub(crate) struct LocalAggregateOperator {
     groups: AggregateOperator,
+    /// Rows aggregated since the table was last handed on (rows before a
+    /// restore are not counted).
     rows_since_flush: u64,
     max_groups: usize,
     min_rows_per_group: f64,
@@ -99,8 +104,21 @@ impl Operator for LocalAggregateOperator {
         Ok(())
     }
 
-    fn flush_before_barrier(&mut self, out: &mut Collector) -> Result<()> {
-        self.flush(out)
+    fn state_version(&self) -> Option<u32> {
+        Some(1)
+    }
+
+    fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        // Passing rows on, it holds no groups: nothing to write.
+        if self.groups.group_count() == 0 {
+            return Ok(None);
+        }
+        self.groups.snapshot()
+    }
+
+    fn restore(&mut self, state: RecordBatch) -> Result<()> {
+        self.rows_since_flush = 0;
+        self.groups.restore(state)
     }
 
     fn finish(&mut self, out: &mut Collector) -> Result<()> {
@@ -171,30 +189,40 @@ mod tests {
         out
     }
 
-    /// Runs batches through local aggregates (flushing every `barrier_every`
-    /// batches) and one merging aggregate; returns the merged output.
+    /// Runs batches through local aggregates and one merging aggregate;
+    /// every `checkpoint_every` batches all three snapshot their state and are
+    /// replaced by fresh operators restored from it, as after a crash.
+    /// Returns the merged output.
     fn two_phase(
         batches: &[RecordBatch],
         max_groups: usize,
-        barrier_every: usize,
+        checkpoint_every: usize,
     ) -> Vec<RecordBatch> {
-        let mut locals: Vec<LocalAggregateOperator> = (0..2)
-            .map(|_| {
-                LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), max_groups)
-                    .unwrap()
-            })
-            .collect();
-        let mut merge = AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
+        let local = || {
+            LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), max_groups).unwrap()
+        };
+        let merging = || AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
+        let mut locals = [local(), local()];
+        let mut merge = merging();
         let mut partials = Collector::default();
         for (i, batch) in batches.iter().enumerate() {
             locals[i % 2].process(batch.clone(), &mut partials).unwrap();
-            if (i + 1) % barrier_every == 0 {
-                for local in &mut locals {
-                    local.flush_before_barrier(&mut partials).unwrap();
-                }
-            }
             for partial in partials.take() {
                 merge.process(partial, &mut Collector::default()).unwrap();
+            }
+            if (i + 1) % checkpoint_every == 0 {
+                for old in &mut locals {
+                    let mut restored = local();
+                    if let Some(state) = old.snapshot().unwrap() {
+                        restored.restore(state).unwrap();
+                    }
+                    *old = restored;
+                }
+                let mut restored = merging();
+                if let Some(state) = merge.snapshot().unwrap() {
+                    restored.restore(state).unwrap();
+                }
+                merge = restored;
             }
         }
         for local in &mut locals {
@@ -221,21 +249,21 @@ mod tests {
     }
 
     #[test]
-    fn two_phases_give_what_one_gives_whether_pre_aggregating_or_passing_rows_on() {
+    fn two_phases_give_what_one_gives_across_restores_whether_pre_aggregating_or_passing_rows_on() {
         // Quarters keep every float sum exact, whatever the order of additions.
-        for (keys, max_groups, barrier_every) in [
-            (50, 1 << 18, 3),    // few keys: pre-aggregates, flushed at barriers
-            (50, 1 << 18, 1000), // no barrier: flushed at the end only
-            (5_000, 1 << 18, 2), // more keys than rows per flush
+        for (keys, max_groups, checkpoint_every) in [
+            (50, 1 << 18, 3),    // few keys: pre-aggregates, restored from snapshots
+            (50, 1 << 18, 1000), // no checkpoint: handed on at the end only
+            (5_000, 1 << 18, 2), // more keys than rows between checkpoints
             (100_000, 64, 4),    // the cap trips with 1 row per group: passes rows on
             (40, 32, 5),         // the cap trips with many rows per group: keeps going
         ] {
             let batches: Vec<RecordBatch> = (0..24).map(|b| input(b, 500, keys)).collect();
             let expected = groups(&one_phase(&batches));
-            let got = groups(&two_phase(&batches, max_groups, barrier_every));
+            let got = groups(&two_phase(&batches, max_groups, checkpoint_every));
             assert_eq!(
                 got, expected,
-                "keys {keys}, cap {max_groups}, barrier every {barrier_every}"
+                "keys {keys}, cap {max_groups}, checkpoint every {checkpoint_every}"
             );
             assert_eq!(
                 got.values().map(|g| g.0).sum::<i64>(),

@@ -6,4 +6,5 @@ pub(crate) mod group_index;
 pub(crate) mod local_aggregate;
 pub(crate) mod prefetch;
 pub(crate) mod row_update;
+pub(crate) mod spare_columns;
 pub(crate) mod stateless;

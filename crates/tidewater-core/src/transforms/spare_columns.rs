@@ -1,0 +1,80 @@
+//! Column memory kept from one snapshot of an aggregate to the next.
+//!
+//! A 1M-key aggregate copies 32 MB of columns out of its table at every
+//! checkpoint. Copied into fresh memory, the kernel first zeroes every new
+//! page, which costs about as much CPU as the copy (the same reason the
+//! checkpoint store keeps its blob buffers, `checkpoint/buffers.rs`). The
+//! columns are handed out as Arrow buffers; once the upload has let go of
+//! them, the next snapshot takes their memory back.
+
+use arrow::buffer::Buffer;
+
+/// Word vectors for output columns, reused across outputs.
+#[derive(Default)]
+pub(crate) struct SpareColumns {
+    /// Buffers of earlier outputs, possibly still read elsewhere.
+    lent: Vec<Buffer>,
+    /// Emptied vectors, ready to fill.
+    free: Vec<Vec<u64>>,
+}
+
+impl SpareColumns {
+    /// Takes back the memory of earlier outputs that nothing reads any more;
+    /// a buffer still in use is let go of.
+    pub fn reclaim(&mut self) {
+        for buffer in self.lent.drain(..) {
+            if let Ok(mut words) = buffer.into_vec::<u64>() {
+                words.clear();
+                self.free.push(words);
+            }
+        }
+    }
+
+    /// An empty vector with room for `len` words.
+    pub fn take(&mut self, len: usize) -> Vec<u64> {
+        let mut words = self.free.pop().unwrap_or_default();
+        words.reserve(len);
+        words
+    }
+
+    /// `words` as a buffer for an output column, remembered so that a later
+    /// [`reclaim`](Self::reclaim) can take its memory back.
+    pub fn lend(&mut self, words: Vec<u64>) -> Buffer {
+        let buffer = Buffer::from_vec(words);
+        self.lent.push(buffer.clone());
+        buffer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_comes_back_once_the_output_is_dropped_and_not_before() {
+        let mut spare = SpareColumns::default();
+        let mut words = spare.take(1000);
+        words.extend(0..1000u64);
+        let output = spare.lend(words);
+
+        // Still read by the output: let go of, nothing comes back.
+        spare.reclaim();
+        assert_eq!(spare.take(0).capacity(), 0, "no vector kept");
+        assert_eq!(
+            output.typed_data::<u64>()[999],
+            999,
+            "the output is untouched"
+        );
+
+        // Dropped before the reclaim: the same memory comes back, emptied.
+        let mut words = spare.take(1000);
+        words.extend(0..1000u64);
+        let output = spare.lend(words);
+        let address = output.as_ptr();
+        drop(output);
+        spare.reclaim();
+        let again = spare.take(10);
+        assert_eq!(again.as_ptr().cast::<u8>(), address);
+        assert!(again.is_empty() && again.capacity() >= 1000);
+    }
+}
