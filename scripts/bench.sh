@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Reproduces the figures in docs/benchmarks.md (about 30 minutes on 2 quiet cores).
+# Reproduces the figures in docs/benchmarks.md (about 40 minutes on 2 quiet cores).
 #
 #   bash scripts/bench.sh            # everything
 #   bash scripts/bench.sh headline   # the interval study only
@@ -18,8 +18,8 @@ cargo build --release --examples
 bench() { cargo run --release --quiet --example bench -- interval "$@"; }
 
 if [[ $what == all || $what == headline ]]; then
-  # Long runs (~25 s each): a 10 s interval checkpoints twice per run.
-  bench --mode aggregate --rows "${INTERVAL_ROWS:-600000000}" --keys 1000000 --parallelism 2 \
+  # Long runs (~25 s each at 60M rows/s): a 10 s interval checkpoints twice per run.
+  bench --mode aggregate --rows "${INTERVAL_ROWS:-1500000000}" --keys 1000000 --parallelism 2 \
     --intervals "${INTERVALS:-off,1s,10s}" --repeat 5 --crashes 2 \
     --out-dir "$out/headline-aggregate-1m-p2" | tee "$out/headline.txt"
 fi

@@ -117,6 +117,9 @@ impl Operator for LocalAggregateOperator {
     }
 
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
+        // Restored before any batch: the first batch aggregates into the
+        // restored groups, which go on with the next flush (at once for an
+        // operator that passes rows on from the start).
         self.rows_since_flush = 0;
         self.groups.restore(state)
     }
@@ -280,6 +283,31 @@ mod tests {
             two_phase(&batches, 1 << 18, 2)[0].schema(),
             one_phase(&batches)[0].schema()
         );
+    }
+
+    #[test]
+    fn restored_groups_are_handed_on_by_an_operator_that_passes_rows_on() {
+        let batches = [input(0, 500, 50), input(1, 500, 50)];
+        let mut before = LocalAggregateOperator::new(vec!["k".into()], spec()).unwrap();
+        let mut partials = Collector::default();
+        before.process(batches[0].clone(), &mut partials).unwrap();
+        assert!(
+            partials.take().is_empty(),
+            "pre-aggregating, nothing handed on"
+        );
+        let state = before.snapshot().unwrap().expect("50 groups held");
+
+        let mut after = LocalAggregateOperator::passing_on(vec!["k".into()], spec()).unwrap();
+        after.restore(state).unwrap();
+        after.process(batches[1].clone(), &mut partials).unwrap();
+        after.finish(&mut partials).unwrap();
+        let mut merge = AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
+        for partial in partials.take() {
+            merge.process(partial, &mut Collector::default()).unwrap();
+        }
+        let mut out = Collector::default();
+        merge.finish(&mut out).unwrap();
+        assert_eq!(groups(&out.take()), groups(&one_phase(&batches)));
     }
 
     #[test]
