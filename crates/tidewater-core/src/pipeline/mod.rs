@@ -282,7 +282,8 @@ impl KeyedStream {
     ///
     /// Runs in two phases: beside each upstream subtask, an operator with
     /// uid `{uid}.local` aggregates that subtask's rows (at most 1Mi keys at
-    /// a time, ~45 MiB per subtask for three aggregates) and checkpoints its
+    /// a time: ~45 MiB per subtask for an Int64 key and three aggregates,
+    /// more for wider keys) and checkpoints its
     /// partial aggregates; it hands them to `uid` across the shuffle when its
     /// table is full and at the end of input, so only partial aggregates
     /// cross the shuffle. When its table fills with fewer than two rows per
