@@ -283,14 +283,14 @@ impl KeyedStream {
     /// Runs in two phases: beside each upstream subtask, an operator with
     /// uid `{uid}.local` aggregates that subtask's rows (at most 1Mi keys at
     /// a time: ~45 MiB per subtask for an Int64 key and three aggregates,
-    /// more for wider keys) and checkpoints its
-    /// partial aggregates; it hands them to `uid` across the shuffle when its
-    /// table is full and at the end of input, so only partial aggregates
-    /// cross the shuffle. When its table fills with fewer than two rows per
-    /// key, it passes rows on unaggregated instead. `uid` merges the
-    /// partials. Both keep state, so both uids must stay in the pipeline
-    /// across a restore. With one subtask on each side of the shuffle,
-    /// `{uid}.local` only reshapes rows for `uid`.
+    /// more for wider keys) and checkpoints its partial aggregates; it hands
+    /// them to `uid` across the shuffle when its table is full and at the
+    /// end of input, so only partial aggregates cross the shuffle. When its
+    /// table fills with fewer than two rows per key, it passes rows on
+    /// unaggregated instead. `uid` merges the partials. Both keep state, so
+    /// both uids must stay in the pipeline across a restore. With one
+    /// subtask on each side of the shuffle, `{uid}.local` only reshapes rows
+    /// for `uid`.
     pub fn aggregate(self, uid: impl Into<String>, spec: AggregateSpec) -> Stream {
         let uid = uid.into();
         let keys = self.keys.clone();
