@@ -281,9 +281,9 @@ impl KeyedStream {
     /// partial aggregates are checkpointed.
     ///
     /// Runs in two phases: beside each upstream subtask, an operator with
-    /// uid `{uid}.local` aggregates that subtask's rows (at most 1Mi keys at
-    /// a time: ~45 MiB per subtask for an Int64 key and three aggregates,
-    /// more for wider keys) and checkpoints its partial aggregates; it hands
+    /// uid `{uid}.local` aggregates that subtask's rows (at most 1Mi keys or
+    /// 64 MiB at a time; 1Mi Int64 keys with three aggregates take ~45 MiB)
+    /// and checkpoints its partial aggregates; it hands
     /// them to `uid` across the shuffle when its table is full and at the
     /// end of input, so only partial aggregates cross the shuffle. When its
     /// table fills with fewer than two rows per key, it passes rows on

@@ -61,6 +61,11 @@ impl AccumulatorTable {
         self.words.len() >> self.shift
     }
 
+    /// The memory the groups' words take.
+    pub fn bytes(&self) -> usize {
+        self.words.len() * size_of::<u64>()
+    }
+
     /// Adds fresh groups until there are `groups`.
     pub fn resize(&mut self, groups: usize) {
         let have = self.groups();

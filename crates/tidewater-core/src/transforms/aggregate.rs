@@ -600,6 +600,19 @@ impl AggregateOperator {
         self.groups.as_ref().map_or(0, |g| g.index.len())
     }
 
+    /// The memory the groups take, roughly: key index, accumulator words
+    /// and a byte per group for each null-tracking accumulator.
+    pub(crate) fn approx_bytes(&self) -> usize {
+        self.groups.as_ref().map_or(0, |g| {
+            let tracked = g
+                .accumulators
+                .iter()
+                .filter(|a| matches!(a, Accumulator::Int(_) | Accumulator::Float(_)))
+                .count();
+            g.index.approx_bytes() + g.table.bytes() + tracked * g.index.len()
+        })
+    }
+
     /// Raw rows as partial aggregates of one row each, in the output's
     /// schema: what [`emit_and_clear`](Self::emit_and_clear) would emit if
     /// every row had a key of its own.

@@ -38,6 +38,8 @@ pub(crate) enum GroupIndex {
         converter: RowConverter,
         map: HashMap<Box<[u8]>, u32, RandomState>,
         keys: Vec<Box<[u8]>>,
+        /// Bytes of the encoded keys (each is held twice: map and list).
+        key_bytes: usize,
     },
 }
 
@@ -59,6 +61,7 @@ impl GroupIndex {
                 converter: RowConverter::new(fields)?,
                 map: HashMap::default(),
                 keys: Vec::new(),
+                key_bytes: 0,
             }
         })
     }
@@ -69,6 +72,30 @@ impl GroupIndex {
                 keys, null_group, ..
             } => keys.len() + usize::from(null_group.is_some()),
             GroupIndex::Rows { keys, .. } => keys.len(),
+        }
+    }
+
+    /// The memory the index holds, roughly: its tables and its copies of
+    /// the keys.
+    pub fn approx_bytes(&self) -> usize {
+        match self {
+            GroupIndex::Int64 {
+                dense, map, keys, ..
+            } => {
+                dense.len() * size_of::<u32>()
+                    + keys.len() * size_of::<i64>()
+                    + map.capacity() * (size_of::<(i64, u32)>() + 1)
+            }
+            GroupIndex::Rows {
+                map,
+                keys,
+                key_bytes,
+                ..
+            } => {
+                2 * key_bytes
+                    + keys.len() * size_of::<Box<[u8]>>()
+                    + map.capacity() * (size_of::<(Box<[u8]>, u32)>() + 1)
+            }
         }
     }
 
@@ -128,6 +155,7 @@ impl GroupIndex {
                 converter,
                 map,
                 keys,
+                key_bytes,
             } => {
                 let rows = converter.convert_columns(key_columns)?;
                 groups.reserve(rows.num_rows());
@@ -137,6 +165,7 @@ impl GroupIndex {
                     let group = match map.get(bytes) {
                         Some(group) => *group,
                         None => {
+                            *key_bytes += bytes.len();
                             let owned: Box<[u8]> = bytes.into();
                             keys.push(owned.clone());
                             map.insert(owned, next);

@@ -21,11 +21,15 @@ use super::aggregate::{AggregateOperator, AggregateSpec};
 use crate::error::Result;
 use crate::operator::{Collector, Operator};
 
-/// Groups held before the partials go on: 1Mi groups of three aggregates
-/// take ~45 MiB per subtask (key, slot and a 32-byte accumulator row each).
-/// More keys than this per upstream subtask, seen with few repeats, make the
-/// pre-aggregation pass rows on.
+/// Groups held before the partials go on: 1Mi groups of an Int64 key and
+/// three aggregates take ~45 MiB per subtask (key, slot and a 32-byte
+/// accumulator row each). More keys than this per upstream subtask, seen
+/// with few repeats, make the pre-aggregation pass rows on.
 const MAX_GROUPS: usize = 1 << 20;
+
+/// Memory held before the partials go on, whatever the number of groups:
+/// wide keys (strings, several columns) reach it before [`MAX_GROUPS`].
+const MAX_BYTES: usize = 64 << 20;
 
 /// Rows per group below which a full table shows pre-aggregation does not pay.
 const MIN_ROWS_PER_GROUP: f64 = 2.0;
@@ -37,6 +41,7 @@ pub(crate) struct LocalAggregateOperator {
     /// restore are not counted).
     rows_since_flush: u64,
     max_groups: usize,
+    max_bytes: usize,
     min_rows_per_group: f64,
     /// Set once pre-aggregation stopped paying: rows go on as partials.
     passing_through: bool,
@@ -65,6 +70,7 @@ impl LocalAggregateOperator {
             groups: AggregateOperator::new(keys, spec)?,
             rows_since_flush: 0,
             max_groups,
+            max_bytes: MAX_BYTES,
             min_rows_per_group: MIN_ROWS_PER_GROUP,
             passing_through: false,
         })
@@ -89,7 +95,7 @@ impl Operator for LocalAggregateOperator {
         self.rows_since_flush += batch.num_rows() as u64;
         self.groups.process(batch, out)?;
         let groups = self.groups.group_count();
-        if groups >= self.max_groups {
+        if groups >= self.max_groups || self.groups.approx_bytes() >= self.max_bytes {
             let rows_per_group = self.rows_since_flush as f64 / groups as f64;
             if rows_per_group < self.min_rows_per_group {
                 tracing::debug!(
@@ -321,6 +327,20 @@ mod tests {
             LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), 64).unwrap();
         narrow.process(input(0, 500, 64), &mut out).unwrap();
         assert!(!narrow.passing_through);
+        // Wide keys fill the memory budget before the group cap.
+        let mut strings = LocalAggregateOperator::new(vec!["s".into()], spec()).unwrap();
+        strings.process(input(0, 500, 64), &mut out).unwrap();
+        assert!(
+            !strings.passing_through,
+            "500 string keys: far below 64 MiB"
+        );
+        let mut strings = LocalAggregateOperator::new(vec!["s".into()], spec()).unwrap();
+        strings.max_bytes = 4096;
+        strings.process(input(0, 500, 64), &mut out).unwrap();
+        assert!(
+            strings.passing_through,
+            "500 string keys of one row each fill 4 KiB"
+        );
         let mut chained = LocalAggregateOperator::passing_on(vec!["k".into()], spec()).unwrap();
         chained.process(input(0, 500, 64), &mut out).unwrap();
         assert!(chained.passing_through);
