@@ -28,9 +28,6 @@ pub(crate) enum NodeBody {
 pub(crate) struct Edge {
     pub from: usize,
     pub partitioning: Partitioning,
-    /// The only columns the consumer reads: the sender drops the others
-    /// before routing (a shuffle then copies less).
-    pub projection: Option<Vec<String>>,
 }
 
 pub(crate) struct Node {
@@ -54,8 +51,8 @@ pub(crate) struct Node {
 pub(crate) struct ChainPlan {
     pub nodes: Vec<usize>,
     pub parallelism: usize,
-    /// (upstream chain, partitioning, projection) for every input of the head node.
-    pub inputs: Vec<(usize, Partitioning, Option<Vec<String>>)>,
+    /// (upstream chain, partitioning) for every input of the head node.
+    pub inputs: Vec<(usize, Partitioning)>,
 }
 
 /// Checks a uid: it names folders in every checkpoint, so it must be path-safe.
@@ -93,12 +90,10 @@ pub(crate) fn plan_chains(nodes: &[Node], parallelism: &[usize]) -> Vec<ChainPla
         let chainable = match node.inputs.as_slice() {
             [edge] => {
                 let one_to_one = match edge.partitioning {
-                    Partitioning::Forward => edge.projection.is_none(),
+                    Partitioning::Forward => true,
                     // With one subtask on each side every key goes to subtask
                     // 0: the edge is a forward edge, and a channel hop would
-                    // only make the two tasks hand batches to each other. Its
-                    // projection only trims what an aggregate (which reads
-                    // its columns by name) is sent across a shuffle.
+                    // only make the two tasks hand batches to each other.
                     Partitioning::Hash(_) => parallelism[id] == 1,
                     Partitioning::Rebalance => false,
                 };
@@ -121,13 +116,7 @@ pub(crate) fn plan_chains(nodes: &[Node], parallelism: &[usize]) -> Vec<ChainPla
                 inputs: node
                     .inputs
                     .iter()
-                    .map(|e| {
-                        (
-                            chain_of[e.from],
-                            e.partitioning.clone(),
-                            e.projection.clone(),
-                        )
-                    })
+                    .map(|e| (chain_of[e.from], e.partitioning.clone()))
                     .collect(),
             });
         }

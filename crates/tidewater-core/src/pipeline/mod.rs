@@ -76,7 +76,6 @@ impl Pipeline {
             graph: self.graph.clone(),
             node: graph.len() - 1,
             next_partitioning: Partitioning::Forward,
-            next_projection: None,
         }
     }
 
@@ -143,7 +142,6 @@ pub struct Stream {
     graph: Rc<RefCell<Vec<Node>>>,
     node: usize,
     next_partitioning: Partitioning,
-    next_projection: Option<Vec<String>>,
 }
 
 impl Stream {
@@ -181,14 +179,12 @@ impl Stream {
             inputs: vec![Edge {
                 from: self.node,
                 partitioning: self.next_partitioning.clone(),
-                projection: self.next_projection.clone(),
             }],
         });
         Stream {
             graph: self.graph.clone(),
             node: graph.len() - 1,
             next_partitioning: Partitioning::Forward,
-            next_projection: None,
         }
     }
 

@@ -46,18 +46,12 @@ impl OperatorChain {
 
     /// Ends the input: each operator's final output flows through the ones after it.
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
-        self.drain(|operator, out| operator.finish(out))
-    }
-
-    fn drain(
-        &mut self,
-        step: impl Fn(&mut dyn Operator, &mut Collector) -> Result<()>,
-    ) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for i in 0..self.operators.len() {
             let op = &mut self.operators[i];
             let mut collector = Collector::default();
-            step(op.operator.as_mut(), &mut collector)
+            op.operator
+                .finish(&mut collector)
                 .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
             let emitted = collector.take();
             out.extend(self.process_from(i + 1, emitted)?);

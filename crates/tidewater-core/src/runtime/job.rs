@@ -564,13 +564,13 @@ async fn wire(
         .map(|c| (0..c.parallelism).map(|_| Vec::new()).collect())
         .collect();
     for (down, chain) in job.chains.iter().enumerate() {
-        for (up, partitioning, projection) in &chain.inputs {
+        for (up, partitioning) in &chain.inputs {
             for (up_subtask, up_routes) in routes[*up].iter_mut().enumerate() {
                 let route = if *partitioning == Partitioning::Forward {
                     // Subtask i feeds subtask i only.
                     let (tx, rx) = mpsc::channel(config.channel_capacity);
                     receivers[down][up_subtask].push(rx);
-                    Route::new(partitioning, projection.clone(), vec![tx], 0)
+                    Route::new(partitioning, vec![tx], 0)
                 } else {
                     let mut senders = Vec::with_capacity(chain.parallelism);
                     for inbox in receivers[down].iter_mut() {
@@ -578,7 +578,7 @@ async fn wire(
                         inbox.push(rx);
                         senders.push(tx);
                     }
-                    Route::new(partitioning, projection.clone(), senders, up_subtask)
+                    Route::new(partitioning, senders, up_subtask)
                 };
                 up_routes.push(route);
             }

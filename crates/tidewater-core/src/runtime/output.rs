@@ -8,19 +8,8 @@ use crate::error::{Error, Result};
 use crate::partition::partition_batch;
 use crate::pipeline::Partitioning;
 
-/// One outgoing edge of a task: an optional projection, then a router.
-pub(crate) struct Route {
-    projection: Option<Projection>,
-    router: Router,
-}
-
-/// Keeps only the columns a consumer reads, resolved on the first batch.
-struct Projection {
-    columns: Vec<String>,
-    indices: Option<Vec<usize>>,
-}
-
-enum Router {
+/// One outgoing edge of a task.
+pub(crate) enum Route {
     Forward(Sender<Message>),
     Rebalance {
         senders: Vec<Sender<Message>>,
@@ -63,58 +52,43 @@ impl Route {
     /// downstream subtask, or the single peer of a forward edge.
     pub fn new(
         partitioning: &Partitioning,
-        projection: Option<Vec<String>>,
         mut senders: Vec<Sender<Message>>,
         subtask: usize,
     ) -> Self {
-        let router = match partitioning {
-            Partitioning::Forward => Router::Forward(senders.swap_remove(subtask)),
-            Partitioning::Rebalance => Router::Rebalance {
+        match partitioning {
+            Partitioning::Forward => Route::Forward(senders.swap_remove(subtask)),
+            Partitioning::Rebalance => Route::Rebalance {
                 senders,
                 next: subtask,
             },
-            Partitioning::Hash(columns) => Router::Hash {
+            Partitioning::Hash(columns) => Route::Hash {
                 senders,
                 columns: columns.clone(),
                 indices: None,
                 scratch: Vec::new(),
             },
-        };
-        Route {
-            projection: projection.map(|columns| Projection {
-                columns,
-                indices: None,
-            }),
-            router,
         }
     }
 
     fn senders(&self) -> &[Sender<Message>] {
-        match &self.router {
-            Router::Forward(sender) => std::slice::from_ref(sender),
-            Router::Rebalance { senders, .. } | Router::Hash { senders, .. } => senders,
+        match self {
+            Route::Forward(sender) => std::slice::from_ref(sender),
+            Route::Rebalance { senders, .. } | Route::Hash { senders, .. } => senders,
         }
     }
 
-    async fn send(&mut self, mut batch: RecordBatch) -> Result<()> {
-        if let Some(projection) = &mut self.projection {
-            if projection.indices.is_none() {
-                projection.indices =
-                    Some(resolve(&batch.schema(), &projection.columns, "aggregate")?);
-            }
-            batch = batch.project(projection.indices.as_deref().unwrap_or_default())?;
-        }
-        match &mut self.router {
-            Router::Forward(sender) => deliver(sender, Message::Batch(batch)).await,
-            Router::Rebalance { senders, next } => {
+    async fn send(&mut self, batch: RecordBatch) -> Result<()> {
+        match self {
+            Route::Forward(sender) => deliver(sender, Message::Batch(batch)).await,
+            Route::Rebalance { senders, next } => {
                 *next = (*next + 1) % senders.len();
                 deliver(&senders[*next], Message::Batch(batch)).await
             }
             // One downstream subtask owns every key: nothing to hash.
-            Router::Hash { senders, .. } if senders.len() == 1 => {
+            Route::Hash { senders, .. } if senders.len() == 1 => {
                 deliver(&senders[0], Message::Batch(batch)).await
             }
-            Router::Hash {
+            Route::Hash {
                 senders,
                 columns,
                 indices,
