@@ -368,6 +368,7 @@ fn manifest(checkpoint: u64, epoch: u64) -> tidewater::checkpoint::Manifest {
         epoch: tidewater::Epoch(epoch),
         created_at_ms: 0,
         fingerprint: String::new(),
+        partitioner: None,
         operators: vec![],
         blobs: vec![],
         commits: vec![],

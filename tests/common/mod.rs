@@ -247,18 +247,31 @@ pub fn assert_copy_output(out: &Path, rows: u64, keys: u64) {
     }
 }
 
-/// Asserts the aggregate output is exactly one row per key with the spec's count, sum(v), max(id).
-pub fn assert_aggregate_output(out: &Path, rows: u64, keys: u64) {
-    let mut expected: HashMap<i64, (i64, f64, i64)> = HashMap::new();
+/// Per key: (count, sum(v), max(id)) over the generator's rows, the key of
+/// row `i` being `key_of(i)`: the oracle of every aggregate test.
+pub fn expected_aggregate<K: std::hash::Hash + Eq>(
+    rows: u64,
+    key_of: impl Fn(u64) -> K,
+) -> HashMap<K, (i64, f64, i64)> {
+    let mut expected: HashMap<K, (i64, f64, i64)> = HashMap::new();
     for i in 0..rows {
-        let entry = expected
-            .entry((splitmix64(i) % keys) as i64)
-            .or_insert((0, 0.0, i64::MIN));
+        let entry = expected.entry(key_of(i)).or_insert((0, 0.0, i64::MIN));
         entry.0 += 1;
         entry.1 += (i % 1000) as f64 / 4.0;
         entry.2 = entry.2.max(i as i64);
     }
-    let mut seen: HashMap<i64, (i64, f64, i64)> = HashMap::new();
+    expected
+}
+
+/// Asserts that `out` holds exactly one row per key of `expected`, with its
+/// (count, sum_v, max_id); `key` reads a row's key.
+pub fn assert_groups<K: std::hash::Hash + Eq + std::fmt::Debug>(
+    out: &Path,
+    expected: &HashMap<K, (i64, f64, i64)>,
+    key_column: &str,
+    key: impl Fn(&RecordBatch, usize) -> K,
+) {
+    let mut seen: HashMap<K, (i64, f64, i64)> = HashMap::new();
     for batch in read_output(out) {
         let names: Vec<_> = batch
             .schema()
@@ -266,30 +279,40 @@ pub fn assert_aggregate_output(out: &Path, rows: u64, keys: u64) {
             .iter()
             .map(|f| f.name().clone())
             .collect();
-        assert_eq!(names, ["k", "count", "sum_v", "max_id"], "output columns");
-        let k = column::<Int64Type>(&batch, "k");
+        assert_eq!(
+            names,
+            [key_column, "count", "sum_v", "max_id"],
+            "output columns"
+        );
         let count = column::<Int64Type>(&batch, "count");
         let sum = column::<Float64Type>(&batch, "sum_v");
         let max = column::<Int64Type>(&batch, "max_id");
         for row in 0..batch.num_rows() {
-            let previous = seen.insert(
-                k.value(row),
-                (count.value(row), sum.value(row), max.value(row)),
-            );
-            assert!(
-                previous.is_none(),
-                "key {} appears twice in the output",
-                k.value(row)
-            );
+            let k = key(&batch, row);
+            let value = (count.value(row), sum.value(row), max.value(row));
+            if let Some(previous) = seen.insert(k, value) {
+                panic!(
+                    "key {:?} appears twice in the output ({previous:?} and {value:?})",
+                    key(&batch, row)
+                );
+            }
         }
     }
     assert_eq!(seen.len(), expected.len(), "number of keys in the output");
-    for (key, want) in &expected {
+    for (k, want) in expected {
         let got = seen
-            .get(key)
-            .unwrap_or_else(|| panic!("key {key} is missing"));
-        assert_eq!(got, want, "key {key}: (count, sum_v, max_id)");
+            .get(k)
+            .unwrap_or_else(|| panic!("key {k:?} is missing"));
+        assert_eq!(got, want, "key {k:?}: (count, sum_v, max_id)");
     }
+}
+
+/// Asserts the aggregate output is exactly one row per key with the spec's count, sum(v), max(id).
+pub fn assert_aggregate_output(out: &Path, rows: u64, keys: u64) {
+    let expected = expected_aggregate(rows, |i| (splitmix64(i) % keys) as i64);
+    assert_groups(out, &expected, "k", |batch, row| {
+        column::<Int64Type>(batch, "k").value(row)
+    });
 }
 
 /// Runs `command()` and SIGKILLs it at a random instant below `max_delay`,

@@ -46,6 +46,26 @@ pub enum Error {
         detail: String,
     },
 
+    /// The checkpoint's keyed state was placed in subtasks by another
+    /// partitioner than this build's: restored keys would sit where they are
+    /// no longer routed.
+    #[error(
+        "operator '{uid}': its keyed state in checkpoint {checkpoint} was placed in subtasks by \
+         {recorded}, and this build routes keys with partitioner {current}, so restored keys \
+         would sit in subtasks that no longer receive them. Finish the job with the tidewater \
+         version that started it, or start it anew with an empty state location"
+    )]
+    IncompatiblePartitioner {
+        /// An operator whose state depends on the placement.
+        uid: String,
+        /// The checkpoint being restored.
+        checkpoint: CheckpointId,
+        /// The checkpoint's partitioner, as words.
+        recorded: String,
+        /// This build's partitioner.
+        current: String,
+    },
+
     /// A checkpoint's data failed verification (checksum, format).
     #[error("checkpoint data is corrupt: {0}")]
     Corrupt(String),
@@ -114,9 +134,10 @@ impl Error {
     /// Whose fault this error is.
     pub fn domain(&self) -> Domain {
         match self {
-            Error::InvalidPipeline(_) | Error::BadInput(_) | Error::IncompatibleState { .. } => {
-                Domain::User
-            }
+            Error::InvalidPipeline(_)
+            | Error::BadInput(_)
+            | Error::IncompatibleState { .. }
+            | Error::IncompatiblePartitioner { .. } => Domain::User,
             Error::Corrupt(_) | Error::Fenced { .. } | Error::Storage { .. } => Domain::External,
             Error::External { .. } => Domain::External,
             Error::Arrow(_) => Domain::User,

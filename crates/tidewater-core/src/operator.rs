@@ -112,8 +112,11 @@ pub trait Operator: Send + 'static {
 
     /// Rebuilds the state from a batch that [`snapshot`](Operator::snapshot) returned.
     fn restore(&mut self, _state: RecordBatch) -> Result<()> {
-        Err(Error::Internal(format!(
-            "operator kind '{}' received state but does not implement restore",
+        Err(Error::InvalidPipeline(format!(
+            "operator kind '{}' returned state from snapshot, and the checkpoint being restored \
+             holds it, but the operator does not implement Operator::restore: implement restore \
+             to rebuild the operator from that batch (or return None from snapshot if it keeps \
+             no state)",
             self.kind()
         )))
     }

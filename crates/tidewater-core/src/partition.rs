@@ -1,114 +1,247 @@
 //! Hash partitioning: which downstream subtask each row goes to.
 //!
-//! The hash is seeded with a constant, so a key maps to the same subtask in
-//! every process: keyed state checkpointed by subtask i is restored into the
-//! subtask that will receive that key again.
+//! Keyed state checkpointed by subtask i is restored into subtask i, so a
+//! key must reach the same subtask in every process, build and machine. The
+//! hash is therefore a specified function, not whatever a hasher crate does
+//! today: [`PARTITIONER`] (XXH3-64, whose output is fixed by its published
+//! specification) over a canonical byte encoding of each key value.
+//!
+//! The canonical encoding of one value:
+//!
+//! | type | bytes |
+//! |---|---|
+//! | signed integers, dates, timestamps | the value as an `i64`, 8 bytes little-endian |
+//! | unsigned integers | the value as a `u64`, 8 bytes little-endian |
+//! | floats | the value as an `f64` with `-0.0` as `0.0` and every NaN as `0x7ff8000000000000`, its bits as 8 bytes little-endian |
+//! | strings (UTF-8), binary | the length as a `u64`, 8 bytes little-endian, then the bytes |
+//! | booleans | one byte, 0 or 1 |
+//! | null | no bytes |
+//!
+//! A row keyed by one column hashes to `XXH3-64(seed, enc(v))`; each further
+//! key column chains: `h = XXH3-64(seed, le64(h) ++ enc(v))`. The seed is
+//! [`SEED`]. A row goes to subtask `h % parallelism`. The values are pinned
+//! by golden unit tests; changing any of this is a new partitioner version,
+//! which a restore of older keyed state refuses (see [`PartitionerId`]).
 
-use std::hash::BuildHasher;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
+use arrow::array::{Array, ArrayRef, AsArray, PrimitiveArray, RecordBatch, UInt32Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::*;
-use foldhash::fast::FixedState;
+use serde::{Deserialize, Serialize};
+use twox_hash::XxHash3_64;
 
 use crate::error::{Error, Result};
 
-const PARTITION_SEED: u64 = 0x7469_6465_7761_7465; // "tidewate"
-const NULL_HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+/// The seed of the partition hash ("tidewate" in ASCII).
+pub const SEED: u64 = 0x7469_6465_7761_7465;
 
-fn hasher() -> FixedState {
-    FixedState::with_seed(PARTITION_SEED)
+/// A partitioner's identity, recorded in every manifest: keyed state written
+/// under one partitioner is misplaced under another.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionerId {
+    /// The algorithm and encoding family, e.g. `xxh3-64`.
+    pub name: String,
+    /// Bumped whenever the encoding, seed or placement rule changes.
+    pub version: u32,
 }
 
-macro_rules! hash_primitive {
-    ($array:expr, $t:ty, $hashes:expr, $first:expr, $state:expr) => {{
-        let array = $array.as_primitive::<$t>();
-        for (i, (h, v)) in $hashes.iter_mut().zip(array.values().iter()).enumerate() {
-            let value = if array.is_null(i) {
-                NULL_HASH
-            } else {
-                $state.hash_one(v.to_bits_for_hash())
-            };
-            *h = if $first {
-                value
-            } else {
-                $state.hash_one((*h, value))
-            };
+impl std::fmt::Display for PartitionerId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} version {}", self.name, self.version)
+    }
+}
+
+/// The name of the partitioner this build uses.
+pub const PARTITIONER_NAME: &str = "xxh3-64";
+/// The version of the partitioner this build uses.
+pub const PARTITIONER_VERSION: u32 = 1;
+
+/// The partitioner this build uses.
+///
+/// ```
+/// use tidewater_core::partition::partitioner;
+///
+/// assert_eq!(partitioner().to_string(), "xxh3-64 version 1");
+/// ```
+pub fn partitioner() -> PartitionerId {
+    PartitionerId {
+        name: PARTITIONER_NAME.to_string(),
+        version: PARTITIONER_VERSION,
+    }
+}
+
+#[inline(always)]
+fn xxh3(bytes: &[u8]) -> u64 {
+    XxHash3_64::oneshot_with_seed(SEED, bytes)
+}
+
+/// Hashes 8 encoded bytes as the first key column, or chained after `previous`.
+#[inline(always)]
+fn hash_word(previous: Option<u64>, word: [u8; 8]) -> u64 {
+    match previous {
+        None => xxh3(&word),
+        Some(h) => {
+            let mut buffer = [0u8; 16];
+            buffer[..8].copy_from_slice(&h.to_le_bytes());
+            buffer[8..].copy_from_slice(&word);
+            xxh3(&buffer)
         }
-    }};
-}
-
-/// Gives hashable bits for a primitive value (floats by their bit pattern).
-trait ToBitsForHash {
-    fn to_bits_for_hash(&self) -> u64;
-}
-
-macro_rules! bits_as_int {
-    ($($t:ty),*) => {$(impl ToBitsForHash for $t {
-        fn to_bits_for_hash(&self) -> u64 { *self as u64 }
-    })*};
-}
-bits_as_int!(i8, i16, i32, i64, u8, u16, u32, u64);
-
-impl ToBitsForHash for f32 {
-    fn to_bits_for_hash(&self) -> u64 {
-        u64::from(self.to_bits())
     }
 }
 
-impl ToBitsForHash for f64 {
-    fn to_bits_for_hash(&self) -> u64 {
-        self.to_bits()
+/// The hash of a null in a column: no bytes, chained like any other value.
+fn hash_null(previous: Option<u64>) -> u64 {
+    match previous {
+        None => xxh3(&[]),
+        Some(h) => xxh3(&h.to_le_bytes()),
     }
 }
 
-/// Fills `hashes` with one hash per row over `columns`.
+/// The canonical 8 bytes of a float (`-0.0` is `0.0`, every NaN is one NaN).
+#[inline(always)]
+fn float_word(value: f64) -> [u8; 8] {
+    let canonical = if value.is_nan() {
+        0x7ff8_0000_0000_0000
+    } else if value == 0.0 {
+        0
+    } else {
+        value.to_bits()
+    };
+    canonical.to_le_bytes()
+}
+
+/// Hashes a fixed-width column whose values encode to 8 bytes each.
+fn hash_fixed<T: ArrowPrimitiveType>(
+    array: &PrimitiveArray<T>,
+    hashes: &mut [u64],
+    first: bool,
+    word: impl Fn(T::Native) -> [u8; 8],
+) {
+    let values = array.values().iter();
+    match (array.nulls(), first) {
+        (None, true) => {
+            for (h, v) in hashes.iter_mut().zip(values) {
+                *h = hash_word(None, word(*v));
+            }
+        }
+        (None, false) => {
+            for (h, v) in hashes.iter_mut().zip(values) {
+                *h = hash_word(Some(*h), word(*v));
+            }
+        }
+        (Some(nulls), _) => {
+            for (i, (h, v)) in hashes.iter_mut().zip(values).enumerate() {
+                let previous = (!first).then_some(*h);
+                *h = if nulls.is_null(i) {
+                    hash_null(previous)
+                } else {
+                    hash_word(previous, word(*v))
+                };
+            }
+        }
+    }
+}
+
+macro_rules! signed {
+    ($column:expr, $t:ty, $hashes:expr, $first:expr) => {
+        hash_fixed($column.as_primitive::<$t>(), $hashes, $first, |v| {
+            (v as i64).to_le_bytes()
+        })
+    };
+}
+
+macro_rules! unsigned {
+    ($column:expr, $t:ty, $hashes:expr, $first:expr) => {
+        hash_fixed($column.as_primitive::<$t>(), $hashes, $first, |v| {
+            (v as u64).to_le_bytes()
+        })
+    };
+}
+
+/// Hashes a column of strings or byte strings: length, then bytes.
+fn hash_bytes<'a, T, I>(values: I, hashes: &mut [u64], first: bool)
+where
+    T: AsRef<[u8]> + ?Sized + 'a,
+    I: Iterator<Item = Option<&'a T>>,
+{
+    let mut buffer = Vec::with_capacity(64);
+    for (h, v) in hashes.iter_mut().zip(values) {
+        let previous = (!first).then_some(*h);
+        let Some(v) = v else {
+            *h = hash_null(previous);
+            continue;
+        };
+        let bytes = v.as_ref();
+        buffer.clear();
+        if let Some(previous) = previous {
+            buffer.extend_from_slice(&previous.to_le_bytes());
+        }
+        buffer.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        buffer.extend_from_slice(bytes);
+        *h = xxh3(&buffer);
+    }
+}
+
+/// Fills `hashes` with one hash per row over `columns`, as the module
+/// documentation specifies.
 pub fn hash_columns(columns: &[&ArrayRef], hashes: &mut Vec<u64>) -> Result<()> {
     let rows = columns.first().map_or(0, |c| c.len());
     hashes.clear();
     hashes.resize(rows, 0);
-    let state = hasher();
     for (n, column) in columns.iter().enumerate() {
         let first = n == 0;
+        let h = hashes.as_mut_slice();
         match column.data_type() {
-            DataType::Int8 => hash_primitive!(column, Int8Type, hashes, first, state),
-            DataType::Int16 => hash_primitive!(column, Int16Type, hashes, first, state),
-            DataType::Int32 => hash_primitive!(column, Int32Type, hashes, first, state),
-            DataType::Int64 => hash_primitive!(column, Int64Type, hashes, first, state),
-            DataType::UInt8 => hash_primitive!(column, UInt8Type, hashes, first, state),
-            DataType::UInt16 => hash_primitive!(column, UInt16Type, hashes, first, state),
-            DataType::UInt32 => hash_primitive!(column, UInt32Type, hashes, first, state),
-            DataType::UInt64 => hash_primitive!(column, UInt64Type, hashes, first, state),
-            DataType::Float32 => hash_primitive!(column, Float32Type, hashes, first, state),
-            DataType::Float64 => hash_primitive!(column, Float64Type, hashes, first, state),
-            DataType::Date32 => hash_primitive!(column, Date32Type, hashes, first, state),
-            DataType::Date64 => hash_primitive!(column, Date64Type, hashes, first, state),
+            DataType::Int8 => signed!(column, Int8Type, h, first),
+            DataType::Int16 => signed!(column, Int16Type, h, first),
+            DataType::Int32 => signed!(column, Int32Type, h, first),
+            DataType::Int64 => signed!(column, Int64Type, h, first),
+            DataType::UInt8 => unsigned!(column, UInt8Type, h, first),
+            DataType::UInt16 => unsigned!(column, UInt16Type, h, first),
+            DataType::UInt32 => unsigned!(column, UInt32Type, h, first),
+            DataType::UInt64 => unsigned!(column, UInt64Type, h, first),
+            DataType::Float32 => hash_fixed(column.as_primitive::<Float32Type>(), h, first, |v| {
+                float_word(f64::from(v))
+            }),
+            DataType::Float64 => {
+                hash_fixed(column.as_primitive::<Float64Type>(), h, first, float_word)
+            }
+            DataType::Date32 => signed!(column, Date32Type, h, first),
+            DataType::Date64 => signed!(column, Date64Type, h, first),
             DataType::Timestamp(TimeUnit::Second, _) => {
-                hash_primitive!(column, TimestampSecondType, hashes, first, state)
+                signed!(column, TimestampSecondType, h, first)
             }
             DataType::Timestamp(TimeUnit::Millisecond, _) => {
-                hash_primitive!(column, TimestampMillisecondType, hashes, first, state)
+                signed!(column, TimestampMillisecondType, h, first)
             }
             DataType::Timestamp(TimeUnit::Microsecond, _) => {
-                hash_primitive!(column, TimestampMicrosecondType, hashes, first, state)
+                signed!(column, TimestampMicrosecondType, h, first)
             }
             DataType::Timestamp(TimeUnit::Nanosecond, _) => {
-                hash_primitive!(column, TimestampNanosecondType, hashes, first, state)
+                signed!(column, TimestampNanosecondType, h, first)
             }
-            DataType::Utf8 => hash_bytes(column.as_string::<i32>().iter(), hashes, first),
-            DataType::LargeUtf8 => hash_bytes(column.as_string::<i64>().iter(), hashes, first),
-            DataType::Utf8View => hash_bytes(column.as_string_view().iter(), hashes, first),
-            DataType::Binary => hash_bytes(column.as_binary::<i32>().iter(), hashes, first),
-            DataType::LargeBinary => hash_bytes(column.as_binary::<i64>().iter(), hashes, first),
+            DataType::Utf8 => hash_bytes(column.as_string::<i32>().iter(), h, first),
+            DataType::LargeUtf8 => hash_bytes(column.as_string::<i64>().iter(), h, first),
+            DataType::Utf8View => hash_bytes(column.as_string_view().iter(), h, first),
+            DataType::Binary => hash_bytes(column.as_binary::<i32>().iter(), h, first),
+            DataType::LargeBinary => hash_bytes(column.as_binary::<i64>().iter(), h, first),
+            DataType::BinaryView => hash_bytes(column.as_binary_view().iter(), h, first),
             DataType::Boolean => {
                 let array = column.as_boolean();
-                for (h, v) in hashes.iter_mut().zip(array.iter()) {
-                    let value = v.map_or(NULL_HASH, |b| state.hash_one(b));
-                    *h = if first {
-                        value
-                    } else {
-                        state.hash_one((*h, value))
+                for (h, v) in h.iter_mut().zip(array.iter()) {
+                    let previous = (!first).then_some(*h);
+                    *h = match v {
+                        None => hash_null(previous),
+                        Some(b) => match previous {
+                            None => xxh3(&[u8::from(b)]),
+                            Some(p) => {
+                                let mut buffer = [0u8; 9];
+                                buffer[..8].copy_from_slice(&p.to_le_bytes());
+                                buffer[8] = u8::from(b);
+                                xxh3(&buffer)
+                            }
+                        },
                     };
                 }
             }
@@ -121,22 +254,6 @@ pub fn hash_columns(columns: &[&ArrayRef], hashes: &mut Vec<u64>) -> Result<()> 
         }
     }
     Ok(())
-}
-
-fn hash_bytes<'a, T, I>(values: I, hashes: &mut [u64], first: bool)
-where
-    T: AsRef<[u8]> + ?Sized + 'a,
-    I: Iterator<Item = Option<&'a T>>,
-{
-    let state = hasher();
-    for (h, v) in hashes.iter_mut().zip(values) {
-        let value = v.map_or(NULL_HASH, |b| state.hash_one(b.as_ref()));
-        *h = if first {
-            value
-        } else {
-            state.hash_one((*h, value))
-        };
-    }
 }
 
 /// Splits a batch by the hash of its key columns into `partitions` batches
@@ -240,15 +357,155 @@ mod tests {
         }
     }
 
-    #[test]
-    fn hashes_are_stable_across_processes() {
-        // A changed hash would send restored keyed state to the wrong subtask.
-        let column: ArrayRef = Arc::new(StringArray::from(vec!["a", "b"]));
+    fn hash_of(columns: &[ArrayRef]) -> Vec<u64> {
+        let refs: Vec<&ArrayRef> = columns.iter().collect();
         let mut hashes = Vec::new();
-        hash_columns(&[&column], &mut hashes).unwrap();
-        let again = hashes.clone();
-        hash_columns(&[&column], &mut hashes).unwrap();
-        assert_eq!(hashes, again);
-        assert_ne!(hashes[0], hashes[1]);
+        hash_columns(&refs, &mut hashes).unwrap();
+        hashes
+    }
+
+    /// Golden values: computed once with the reference XXH3 implementation
+    /// (the `xxhash` Python package, libxxhash 0.8) over the documented
+    /// encoding, and written here. A failure means keyed state restored by
+    /// this build would land in other subtasks than where it was written:
+    /// never update these values, bump the partitioner's version instead.
+    #[test]
+    fn golden_hashes_per_key_type() {
+        use arrow::array::{
+            BooleanArray, Date32Array, Float32Array, Float64Array, Int32Array, LargeStringArray,
+            StringViewArray, TimestampMicrosecondArray, UInt64Array,
+        };
+        let ints = hash_of(&[Arc::new(Int64Array::from(vec![
+            0,
+            1,
+            -1,
+            42,
+            i64::MAX,
+            i64::MIN,
+        ]))]);
+        assert_eq!(
+            ints,
+            [
+                0x2d6c_a05c_ffbb_c986,
+                0x8de8_cc49_fc25_f7d7,
+                0xc378_37a2_af52_b3b6,
+                0xe994_494a_f40a_7d9e,
+                0x3f73_90e6_9da6_9bb2,
+                0x86e8_4da2_9a66_d886,
+            ]
+        );
+        // Narrower integers, dates and timestamps widen to i64 first.
+        assert_eq!(
+            hash_of(&[Arc::new(Int32Array::from(vec![42, -1]))]),
+            [ints[3], ints[2]]
+        );
+        assert_eq!(hash_of(&[Arc::new(Date32Array::from(vec![1]))]), [ints[1]]);
+        assert_eq!(
+            hash_of(&[Arc::new(TimestampMicrosecondArray::from(vec![42]))]),
+            [ints[3]]
+        );
+        assert_eq!(
+            hash_of(&[Arc::new(UInt64Array::from(vec![u64::MAX]))]),
+            [0xc378_37a2_af52_b3b6]
+        );
+        // Floats: -0.0 is 0.0, every NaN is one NaN, f32 widens to f64.
+        let floats = hash_of(&[Arc::new(Float64Array::from(vec![
+            0.0,
+            -0.0,
+            1.5,
+            -2.25,
+            f64::NAN,
+            -f64::NAN,
+            f64::from_bits(0x7ff0_0000_0000_0001),
+        ]))]);
+        assert_eq!(
+            floats,
+            [
+                0x2d6c_a05c_ffbb_c986,
+                0x2d6c_a05c_ffbb_c986,
+                0xb72f_af8e_4343_2174,
+                0x1b1c_924a_c861_3819,
+                0xf233_93cd_4a71_73f1,
+                0xf233_93cd_4a71_73f1,
+                0xf233_93cd_4a71_73f1,
+            ]
+        );
+        assert_eq!(
+            hash_of(&[Arc::new(Float32Array::from(vec![1.5, f32::NAN]))]),
+            [floats[2], floats[4]]
+        );
+        // Strings: length then UTF-8 bytes, whatever the Arrow layout.
+        let strings = ["", "a", "tidewater", "\u{fc}"];
+        let golden = [
+            0x2d6c_a05c_ffbb_c986,
+            0xac74_8dd2_c6e7_5e5e,
+            0xf6e4_65e6_c2b2_870a,
+            0x6e81_510e_07ef_753d,
+        ];
+        assert_eq!(
+            hash_of(&[Arc::new(StringArray::from(strings.to_vec()))]),
+            golden
+        );
+        assert_eq!(
+            hash_of(&[Arc::new(LargeStringArray::from(strings.to_vec()))]),
+            golden
+        );
+        assert_eq!(
+            hash_of(&[Arc::new(StringViewArray::from(strings.to_vec()))]),
+            golden
+        );
+        assert_eq!(
+            hash_of(&[Arc::new(BooleanArray::from(vec![false, true]))]),
+            [0xd06d_a3c6_a277_d809, 0xaa15_7c24_31b6_3285]
+        );
+        // A null is no bytes.
+        assert_eq!(
+            hash_of(&[Arc::new(Int64Array::from(vec![None, Some(0)]))]),
+            [0xc483_ef8b_5970_4ac3, ints[0]]
+        );
+    }
+
+    #[test]
+    fn golden_hashes_of_several_key_columns_chain() {
+        use arrow::array::BooleanArray;
+        let first: ArrayRef = Arc::new(Int64Array::from(vec![Some(7), None, Some(7), Some(7)]));
+        let second: ArrayRef = Arc::new(StringArray::from(vec!["x", "x", "x", "x"]));
+        assert_eq!(hash_of(&[first.clone(), second])[0], 0x176a_7e38_c591_9f96);
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![Some(3), Some(3), None, Some(3)]));
+        let chained = hash_of(&[first.clone(), ints]);
+        assert_eq!(chained[1], 0x4e9d_a07b_cda1_5b49, "null, then 3");
+        assert_eq!(chained[2], 0x021f_7b08_5c5c_541c, "7, then null");
+        let bools: ArrayRef = Arc::new(BooleanArray::from(vec![true; 4]));
+        assert_eq!(hash_of(&[first, bools])[0], 0x3a6e_8154_10fb_34df);
+    }
+
+    #[test]
+    fn golden_placement_of_small_keys() {
+        // (key, subtask at p = 2, subtask at p = 3), from the golden hashes.
+        let golden = [
+            (0, 0, 0),
+            (1, 1, 0),
+            (2, 0, 2),
+            (3, 0, 2),
+            (4, 1, 0),
+            (5, 1, 1),
+            (6, 1, 1),
+            (7, 0, 2),
+        ];
+        let keys: ArrayRef = Arc::new(Int64Array::from_iter_values(0..8));
+        let batch = RecordBatch::try_from_iter([("k", keys)]).unwrap();
+        for (p, pick) in [(2usize, 1usize), (3, 2)] {
+            let parts = partition_batch(&batch, &[0], p, &mut Vec::new()).unwrap();
+            for (at, part) in parts.iter().enumerate() {
+                for k in part
+                    .iter()
+                    .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+                {
+                    let want = golden[k as usize];
+                    let want = if pick == 1 { want.1 } else { want.2 };
+                    assert_eq!(at, want, "key {k} at p = {p}");
+                }
+            }
+        }
     }
 }

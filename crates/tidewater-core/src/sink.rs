@@ -52,8 +52,10 @@ pub trait Sink: Send + Sync + 'static {
         state: RecordBatch,
     ) -> Result<Box<dyn SinkWriter>> {
         let _ = state;
-        Err(Error::Internal(format!(
-            "sink '{}' (kind {}) received writer state but does not implement resume_writer",
+        Err(Error::InvalidPipeline(format!(
+            "sink '{}' (kind {}) has writer state in the checkpoint being restored (its writers \
+             returned it from SinkWriter::snapshot), but the sink does not implement \
+             Sink::resume_writer: implement it to reopen a writer from that state",
             ctx.uid,
             self.kind()
         )))

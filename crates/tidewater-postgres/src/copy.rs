@@ -10,6 +10,8 @@ use arrow::array::{
 use arrow::datatypes::{DataType, TimeUnit};
 use arrow::record_batch::RecordBatch;
 
+use tidewater_core::{Error, Result};
+
 use crate::schema::PgColumn;
 
 /// The signature every binary COPY stream starts with.
@@ -58,8 +60,10 @@ pub fn all_copyable(batch: &RecordBatch, columns: &[&PgColumn]) -> bool {
 }
 
 /// The whole COPY payload of `batch`: header, one tuple per row, trailer.
-/// Only for batches [`all_copyable`] accepts.
-pub fn encode(batch: &RecordBatch) -> Vec<u8> {
+/// Only for batches [`all_copyable`] accepts. A value PostgreSQL cannot hold
+/// (a date or timestamp past its range once moved to its epoch, a value over
+/// 2 GiB) is an error naming the column and row.
+pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64 + batch.get_array_memory_size());
     out.extend_from_slice(COPY_SIGNATURE);
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
@@ -67,23 +71,39 @@ pub fn encode(batch: &RecordBatch) -> Vec<u8> {
     let fields = batch.num_columns() as i16;
     for row in 0..batch.num_rows() {
         out.extend_from_slice(&fields.to_be_bytes());
-        for column in batch.columns() {
-            field(column.as_ref(), row, &mut out);
+        for (column, field_def) in batch.columns().iter().zip(batch.schema_ref().fields()) {
+            field(column.as_ref(), row, &mut out).map_err(|why| {
+                Error::BadInput(format!(
+                    "column '{}', row {row} of a batch: {why}",
+                    field_def.name()
+                ))
+            })?;
         }
     }
     out.extend_from_slice(&COPY_TRAILER);
-    out
+    Ok(out)
 }
 
-fn put(out: &mut Vec<u8>, bytes: &[u8]) {
-    out.extend_from_slice(&(bytes.len() as i32).to_be_bytes());
+fn put(out: &mut Vec<u8>, bytes: &[u8]) -> Result<(), String> {
+    let len = i32::try_from(bytes.len()).map_err(|_| {
+        format!(
+            "a value of {} bytes is over the 1 GiB PostgreSQL stores in one field",
+            bytes.len()
+        )
+    })?;
+    out.extend_from_slice(&len.to_be_bytes());
     out.extend_from_slice(bytes);
+    Ok(())
 }
 
-fn field(column: &dyn Array, row: usize, out: &mut Vec<u8>) {
+fn out_of_range(what: &str, value: i64) -> String {
+    format!("{what} {value} is outside the range PostgreSQL can store")
+}
+
+fn field(column: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<(), String> {
     if column.is_null(row) {
         out.extend_from_slice(&(-1i32).to_be_bytes());
-        return;
+        return Ok(());
     }
     let any = column.as_any();
     match column.data_type() {
@@ -95,14 +115,20 @@ fn field(column: &dyn Array, row: usize, out: &mut Vec<u8>) {
         DataType::Boolean => put(out, &[u8::from(downcast::<BooleanArray>(any).value(row))]),
         DataType::Utf8 => put(out, column.as_string::<i32>().value(row).as_bytes()),
         DataType::Binary => put(out, downcast::<BinaryArray>(any).value(row)),
-        DataType::Date32 => put(
-            out,
-            &(downcast::<Date32Array>(any).value(row) - EPOCH_DAYS).to_be_bytes(),
-        ),
-        DataType::Timestamp(TimeUnit::Microsecond, _) => put(
-            out,
-            &(downcast::<TimestampMicrosecondArray>(any).value(row) - EPOCH_MICROS).to_be_bytes(),
-        ),
+        DataType::Date32 => {
+            let days = downcast::<Date32Array>(any).value(row);
+            let moved = days
+                .checked_sub(EPOCH_DAYS)
+                .ok_or_else(|| out_of_range("date (days since 1970)", i64::from(days)))?;
+            put(out, &moved.to_be_bytes())
+        }
+        DataType::Timestamp(TimeUnit::Microsecond, _) => {
+            let micros = downcast::<TimestampMicrosecondArray>(any).value(row);
+            let moved = micros
+                .checked_sub(EPOCH_MICROS)
+                .ok_or_else(|| out_of_range("timestamp (µs since 1970)", micros))?;
+            put(out, &moved.to_be_bytes())
+        }
         // all_copyable admits nothing else; encode() is only called after it.
         other => unreachable!("binary COPY of {other} was not checked"),
     }
@@ -138,7 +164,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let bytes = encode(&batch);
+        let bytes = encode(&batch).unwrap();
         let mut want = b"PGCOPY\n\xff\r\n\0".to_vec();
         want.extend([0, 0, 0, 0, 0, 0, 0, 0]);
         want.extend([0, 3]); // three fields
@@ -147,5 +173,16 @@ mod tests {
         want.extend([0, 0, 0, 4, 0, 0, 0, 1]); // 2000-01-02
         want.extend([0xff, 0xff]); // trailer
         assert_eq!(bytes, want);
+    }
+
+    #[test]
+    fn a_date_outside_postgres_range_is_named_not_wrapped() {
+        let schema = Arc::new(Schema::new(vec![Field::new("d", DataType::Date32, false)]));
+        let batch =
+            RecordBatch::try_new(schema, vec![Arc::new(Date32Array::from(vec![0, i32::MIN]))])
+                .unwrap();
+        let err = encode(&batch).unwrap_err().to_string();
+        assert!(err.contains("column 'd', row 1"), "{err}");
+        assert!(err.contains("outside the range"), "{err}");
     }
 }

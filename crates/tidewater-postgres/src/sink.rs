@@ -516,7 +516,12 @@ impl PostgresWriter {
         let Some(statement) = self.copy.clone() else {
             return self.insert(batch).await;
         };
-        let payload = copy::encode(batch);
+        let Ok(payload) = copy::encode(batch) else {
+            // A value binary COPY cannot carry (out of PostgreSQL's range):
+            // the insert sends it for the server to refuse by row, which the
+            // dead-letter budget handles like any other bad row.
+            return self.insert(batch).await;
+        };
         let connection = match self.connection().await {
             Ok(c) => c,
             Err(_) => return Err(sqlx::Error::PoolClosed),
@@ -609,13 +614,20 @@ impl SinkWriter for PostgresWriter {
             Ok(_) => {
                 self.run("ROLLBACK").await?;
                 self.in_transaction = false;
-                return Err(Error::External {
-                    message: format!(
-                        "fenced: a worker with an epoch newer than {epoch} already committed job \
-                         '{job}' into '{}'; this writer stops",
-                        self.sink.table
+                let newer: Option<i64> = sqlx::query_scalar(
+                    "SELECT max(epoch) FROM tidewater_commits WHERE job = $1 AND sink = $2",
+                )
+                .bind(&job)
+                .bind(&uid)
+                .fetch_one(&mut *self.connection().await?)
+                .await
+                .map_err(|e| db_error("reading the newest epoch in tidewater_commits", e))?;
+                return Err(Error::Fenced {
+                    job,
+                    mine: self.ctx.epoch,
+                    newer: tidewater_core::Epoch(
+                        newer.map_or(epoch + 1, |n| n.max(epoch + 1)) as u64
                     ),
-                    retryable: false,
                 });
             }
             Err(e) => {

@@ -57,25 +57,48 @@ struct Inner {
     poller: OnceCell<()>,
 }
 
+impl Inner {
+    fn new(url: String, source: LagSource, high: Duration, low: Duration, poll: Duration) -> Self {
+        Inner {
+            url,
+            source,
+            high,
+            low,
+            poll,
+            paused: AtomicBool::new(false),
+            resumed: Notify::new(),
+            poller: OnceCell::new(),
+        }
+    }
+}
+
 impl ReplicaLagThrottle {
     /// Pauses while the lag read at `url` (as `source` says) exceeds `high`.
     pub fn new(url: &str, source: LagSource, high: Duration) -> Self {
         ReplicaLagThrottle {
-            inner: Arc::new(Inner {
-                url: url.to_string(),
+            inner: Arc::new(Inner::new(
+                url.to_string(),
                 source,
                 high,
-                low: high / 2,
-                poll: Duration::from_secs(1),
-                paused: AtomicBool::new(false),
-                resumed: Notify::new(),
-                poller: OnceCell::new(),
-            }),
+                high / 2,
+                Duration::from_secs(1),
+            )),
         }
     }
 
+    /// Applies a setting. A throttle shared with a clone (or already in
+    /// use) is not changed under the clone's feet: this one becomes a
+    /// throttle of its own, with the clone's settings and this change.
     fn configure(self, f: impl FnOnce(&mut Inner)) -> Self {
-        let mut inner = Arc::try_unwrap(self.inner).expect("configured before use");
+        let mut inner = Arc::try_unwrap(self.inner).unwrap_or_else(|shared| {
+            Inner::new(
+                shared.url.clone(),
+                shared.source,
+                shared.high,
+                shared.low,
+                shared.poll,
+            )
+        });
         f(&mut inner);
         ReplicaLagThrottle {
             inner: Arc::new(inner),
@@ -196,5 +219,19 @@ mod tests {
                 "{paused} {lag}"
             );
         }
+    }
+
+    #[test]
+    fn configuring_a_cloned_throttle_leaves_the_clone_as_it_was() {
+        let first = ReplicaLagThrottle::new(
+            "postgres://127.0.0.1:1/none",
+            LagSource::Primary,
+            Duration::from_secs(10),
+        );
+        let clone = first.clone();
+        let second = first.low_mark(Duration::from_secs(2));
+        assert_eq!(second.inner.low, Duration::from_secs(2));
+        assert_eq!(clone.inner.low, Duration::from_secs(5));
+        assert!(!Arc::ptr_eq(&second.inner, &clone.inner));
     }
 }

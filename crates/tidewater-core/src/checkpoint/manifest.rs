@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{CheckpointId, Epoch};
+use crate::partition::PartitionerId;
 use crate::sink::CommitHandle;
 
 /// The manifest format version written by this build.
@@ -20,17 +21,66 @@ pub enum CheckpointKind {
     Final,
 }
 
+/// What an operator is to a restore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Reads input; its state is cursors keyed by split, so its parallelism
+    /// may change.
+    Source,
+    /// Transforms; keyed or per-subtask state, so its parallelism must stay.
+    Operator,
+    /// Writes output; its state is commit handles (and, for some sinks, open
+    /// output carried across checkpoints).
+    Sink,
+}
+
 /// One operator of the pipeline as it was when the checkpoint was taken.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "StoredOperatorRecord")]
 pub struct OperatorRecord {
     /// The operator's uid.
     pub uid: String,
-    /// Its kind (e.g. `aggregate`, `parquet-sink`).
+    /// Whether it is a source, an operator or a sink.
+    pub role: Role,
+    /// Its kind (e.g. `generator`, `aggregate`, `parquet`).
     pub kind: String,
     /// The version of its state schema; `None` for stateless operators.
     pub state_version: Option<u32>,
     /// Its parallelism.
     pub parallelism: usize,
+}
+
+/// An operator record as stored. Manifests written before roles were
+/// recorded spelled them as a `source:` or `sink:` prefix of the kind.
+#[derive(Deserialize)]
+struct StoredOperatorRecord {
+    uid: String,
+    #[serde(default)]
+    role: Option<Role>,
+    kind: String,
+    state_version: Option<u32>,
+    parallelism: usize,
+}
+
+impl From<StoredOperatorRecord> for OperatorRecord {
+    fn from(stored: StoredOperatorRecord) -> Self {
+        let (role, kind) = match (stored.role, stored.kind) {
+            (Some(role), kind) => (role, kind),
+            (None, kind) => match (kind.strip_prefix("source:"), kind.strip_prefix("sink:")) {
+                (Some(k), _) => (Role::Source, k.to_string()),
+                (_, Some(k)) => (Role::Sink, k.to_string()),
+                _ => (Role::Operator, kind),
+            },
+        };
+        OperatorRecord {
+            uid: stored.uid,
+            role,
+            kind,
+            state_version: stored.state_version,
+            parallelism: stored.parallelism,
+        }
+    }
 }
 
 /// One state blob: the state of one subtask of one operator.
@@ -65,6 +115,10 @@ pub struct Manifest {
     pub created_at_ms: u64,
     /// Hash of the pipeline's operators and edges, for diagnostics.
     pub fingerprint: String,
+    /// The partitioner that placed keyed state in subtasks; `None` in
+    /// manifests written before it was recorded (which used another one).
+    #[serde(default)]
+    pub partitioner: Option<PartitionerId>,
     /// Every operator of the pipeline.
     pub operators: Vec<OperatorRecord>,
     /// Every state blob.
@@ -74,4 +128,42 @@ pub struct Manifest {
     pub commits: Vec<CommitHandle>,
     /// Rows the sources had emitted when the checkpoint was taken.
     pub rows_read: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_of_older_manifests_get_their_role_from_the_kind_prefix() {
+        let cases = [
+            (
+                r#"{"uid":"g","kind":"source:generator","state_version":1,"parallelism":2}"#,
+                Role::Source,
+                "generator",
+            ),
+            (
+                r#"{"uid":"o","kind":"sink:parquet","state_version":1,"parallelism":2}"#,
+                Role::Sink,
+                "parquet",
+            ),
+            (
+                r#"{"uid":"a","kind":"aggregate","state_version":1,"parallelism":2}"#,
+                Role::Operator,
+                "aggregate",
+            ),
+            (
+                r#"{"uid":"g","role":"source","kind":"generator","state_version":1,"parallelism":2}"#,
+                Role::Source,
+                "generator",
+            ),
+        ];
+        for (json, role, kind) in cases {
+            let record: OperatorRecord = serde_json::from_str(json).unwrap();
+            assert_eq!((record.role, record.kind.as_str()), (role, kind), "{json}");
+            let again: OperatorRecord =
+                serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
+            assert_eq!(again, record);
+        }
+    }
 }

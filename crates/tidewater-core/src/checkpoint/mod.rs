@@ -7,6 +7,7 @@ pub mod fence;
 mod local_write;
 pub mod manifest;
 pub mod restore;
+pub mod restore_plan;
 pub mod store;
 
 pub use manifest::{BlobRecord, CheckpointKind, Manifest, OperatorRecord};

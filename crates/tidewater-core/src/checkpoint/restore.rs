@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 
 use crate::checkpoint::manifest::OperatorRecord;
+pub use crate::checkpoint::manifest::Role;
 use crate::error::{Error, Result};
 use crate::ids::CheckpointId;
+use crate::partition::PartitionerId;
 
 /// Which pipeline changes a restore accepts. The defaults refuse every change
 /// that would silently lose or misread state.
@@ -18,28 +20,17 @@ pub struct RestoreOptions {
     pub allow_new_state: bool,
 }
 
-/// What an operator is to the restore check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Cursors are keyed by split, so a source may change parallelism.
-    Source,
-    /// Keyed or per-subtask state: parallelism must stay.
-    Operator,
-    /// State is commit handles: parallelism may change.
-    Sink,
-}
-
 /// Checks that the operators recorded in a checkpoint fit the pipeline being
 /// restored. Returns the notes worth logging, or the first incompatibility.
 pub fn check_compatible(
     checkpoint: CheckpointId,
     recorded: &[OperatorRecord],
-    current: &[(OperatorRecord, Role)],
+    current: &[OperatorRecord],
     options: RestoreOptions,
 ) -> Result<Vec<String>> {
     let mut notes = Vec::new();
-    let current_by_uid: HashMap<&str, &(OperatorRecord, Role)> =
-        current.iter().map(|c| (c.0.uid.as_str(), c)).collect();
+    let current_by_uid: HashMap<&str, &OperatorRecord> =
+        current.iter().map(|c| (c.uid.as_str(), c)).collect();
     let recorded_by_uid: HashMap<&str, &OperatorRecord> =
         recorded.iter().map(|r| (r.uid.as_str(), r)).collect();
     let refuse = |uid: &str, detail: String| Error::IncompatibleState {
@@ -49,7 +40,7 @@ pub fn check_compatible(
     };
 
     for old in recorded {
-        let Some((new, role)) = current_by_uid.get(old.uid.as_str()) else {
+        let Some(new) = current_by_uid.get(old.uid.as_str()) else {
             if old.state_version.is_some() && !options.allow_dropped_state {
                 return Err(refuse(
                     &old.uid,
@@ -65,12 +56,15 @@ pub fn check_compatible(
             ));
             continue;
         };
-        if old.kind != new.kind {
+        if old.kind != new.kind || old.role != new.role {
             return Err(refuse(
                 &old.uid,
                 format!(
-                    "was kind '{}' in the checkpoint and is kind '{}' now",
-                    old.kind, new.kind
+                    "was {} kind '{}' in the checkpoint and is {} kind '{}' now",
+                    role_name(old.role),
+                    old.kind,
+                    role_name(new.role),
+                    new.kind
                 ),
             ));
         }
@@ -84,9 +78,9 @@ pub fn check_compatible(
                 ),
             ));
         }
-        let keeps_subtask_state = *role != Role::Source && new.state_version.is_some();
+        let keeps_subtask_state = new.role != Role::Source && new.state_version.is_some();
         if keeps_subtask_state && old.parallelism != new.parallelism {
-            let why = if *role == Role::Sink {
+            let why = if new.role == Role::Sink {
                 "its writers carry unfinished output (open files) in the checkpoint, one per \
                  subtask: resume with the old parallelism, or start a new job"
             } else {
@@ -102,11 +96,11 @@ pub fn check_compatible(
         }
     }
 
-    for (new, role) in current {
+    for new in current {
         if recorded_by_uid.contains_key(new.uid.as_str()) {
             continue;
         }
-        let stateful = *role == Role::Operator && new.state_version.is_some();
+        let stateful = new.role == Role::Operator && new.state_version.is_some();
         if stateful && !options.allow_new_state {
             return Err(refuse(
                 &new.uid,
@@ -120,6 +114,77 @@ pub fn check_compatible(
         notes.push(format!("operator '{}' is new and starts empty", new.uid));
     }
     Ok(notes)
+}
+
+/// Checks that the keyed state of a checkpoint was placed in subtasks by the
+/// partitioner this build uses. `keyed` names an operator whose state depends
+/// on that placement (one reading a hash-partitioned input), if the pipeline
+/// has one. Under another partitioner its restored keys would sit in
+/// subtasks that no longer receive them: silently wrong results.
+pub fn check_partitioner(
+    checkpoint: CheckpointId,
+    recorded: Option<&PartitionerId>,
+    current: &PartitionerId,
+    keyed: Option<&str>,
+) -> Result<()> {
+    let Some(uid) = keyed else {
+        return Ok(());
+    };
+    if recorded == Some(current) {
+        return Ok(());
+    }
+    Err(Error::IncompatiblePartitioner {
+        uid: uid.to_string(),
+        checkpoint,
+        recorded: recorded.map_or_else(
+            || "an older partitioner (foldhash, before partitioners were recorded)".to_string(),
+            |p| format!("partitioner {p}"),
+        ),
+        current: current.to_string(),
+    })
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Source => "a source of",
+        Role::Operator => "an operator of",
+        Role::Sink => "a sink of",
+    }
+}
+
+/// Checks that a source's splits are those its cursors in the checkpoint
+/// point into (`then`, sorted by id; `now`, in the source's order). Cursors
+/// of other splits would point into other data.
+pub fn check_splits(
+    uid: &str,
+    checkpoint: CheckpointId,
+    then: &[&str],
+    now: &[&str],
+) -> Result<()> {
+    let mut now_sorted = now.to_vec();
+    now_sorted.sort_unstable();
+    let mut then_sorted = then.to_vec();
+    then_sorted.sort_unstable();
+    if now_sorted == then_sorted {
+        return Ok(());
+    }
+    let missing = then.iter().find(|id| !now.contains(id));
+    let added = now.iter().find(|id| !then.contains(id));
+    Err(Error::IncompatibleState {
+        uid: uid.to_string(),
+        checkpoint,
+        detail: format!(
+            "the source's splits changed ({} in the checkpoint, {} now; e.g. {} ...): \
+             was the source's configuration (rows, keys, files, key range) changed?",
+            then.len(),
+            now.len(),
+            match (missing, added) {
+                (Some(m), _) => format!("'{m}' is gone"),
+                (None, Some(a)) => format!("'{a}' is new"),
+                (None, None) => "a split appears twice".into(),
+            }
+        ),
+    })
 }
 
 fn version(v: Option<u32>) -> String {
@@ -153,8 +218,14 @@ mod tests {
     use super::*;
 
     fn op(uid: &str, kind: &str, version: Option<u32>, parallelism: usize) -> OperatorRecord {
+        let role = match kind {
+            "generator" => Role::Source,
+            "parquet-sink" | "parquet" => Role::Sink,
+            _ => Role::Operator,
+        };
         OperatorRecord {
             uid: uid.into(),
+            role,
             kind: kind.into(),
             state_version: version,
             parallelism,
@@ -169,22 +240,17 @@ mod tests {
             op("keep", "filter", None, 2),
             op("out", "parquet-sink", None, 2),
         ];
-        let same: Vec<_> = vec![
-            (op("gen", "generator", Some(1), 2), Role::Source),
-            (op("agg", "aggregate", Some(1), 2), Role::Operator),
-            (op("keep", "filter", None, 2), Role::Operator),
-            (op("out", "parquet-sink", None, 2), Role::Sink),
-        ];
+        let same: Vec<_> = recorded.clone();
         let strict = RestoreOptions::default();
         let id = CheckpointId(3);
         assert!(check_compatible(id, &recorded, &same, strict).is_ok());
 
         let with = |i: usize, record: OperatorRecord| {
             let mut c = same.clone();
-            c[i].0 = record;
+            c[i] = record;
             c
         };
-        let refused_uid = |current: &[(OperatorRecord, Role)], options| match check_compatible(
+        let refused_uid = |current: &[OperatorRecord], options| match check_compatible(
             id, &recorded, current, options,
         ) {
             Err(Error::IncompatibleState { uid, .. }) => Some(uid),
@@ -214,9 +280,9 @@ mod tests {
             Some("agg".into())
         );
         // A stateless operator can go away; a stateful one only when allowed.
-        let without_keep: Vec<_> = same.iter().filter(|c| c.0.uid != "keep").cloned().collect();
+        let without_keep: Vec<_> = same.iter().filter(|c| c.uid != "keep").cloned().collect();
         assert_eq!(refused_uid(&without_keep, strict), None);
-        let without_agg: Vec<_> = same.iter().filter(|c| c.0.uid != "agg").cloned().collect();
+        let without_agg: Vec<_> = same.iter().filter(|c| c.uid != "agg").cloned().collect();
         assert_eq!(refused_uid(&without_agg, strict), Some("agg".into()));
         let drop_ok = RestoreOptions {
             allow_dropped_state: true,
@@ -225,7 +291,7 @@ mod tests {
         assert_eq!(refused_uid(&without_agg, drop_ok), None);
         // A new stateful operator would miss earlier rows: refused unless allowed.
         let mut added = same.clone();
-        added.push((op("dedup", "dedup", Some(1), 2), Role::Operator));
+        added.push(op("dedup", "dedup", Some(1), 2));
         assert_eq!(refused_uid(&added, strict), Some("dedup".into()));
         let new_ok = RestoreOptions {
             allow_new_state: true,
@@ -233,13 +299,78 @@ mod tests {
         };
         assert_eq!(refused_uid(&added, new_ok), None);
         let mut added_stateless = same.clone();
-        added_stateless.push((op("tag", "map", None, 2), Role::Operator));
+        added_stateless.push(op("tag", "map", None, 2));
         assert_eq!(refused_uid(&added_stateless, strict), None);
         // A sink whose writers carry open output keeps its parallelism, and says why.
-        let stateful_sink = vec![op("out", "sink:parquet", Some(1), 2)];
-        let rescaled = vec![(op("out", "sink:parquet", Some(1), 3), Role::Sink)];
+        let stateful_sink = vec![op("out", "parquet", Some(1), 2)];
+        let rescaled = vec![op("out", "parquet", Some(1), 3)];
         let err = check_compatible(id, &stateful_sink, &rescaled, strict).unwrap_err();
         assert!(err.to_string().contains("open files"), "{err}");
+        // The same kind name as a source and as a sink is another operator.
+        let mut as_source = op("out", "parquet", Some(1), 2);
+        as_source.role = Role::Source;
+        let err = check_compatible(id, &stateful_sink, &[as_source], strict).unwrap_err();
+        assert!(
+            err.to_string().contains("a sink of kind 'parquet'"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn splits_table() {
+        let id = CheckpointId(2);
+        // (then, now, refusal names)
+        let cases: &[(&[&str], &[&str], Option<&str>)] = &[
+            (&["a", "b"], &["a", "b"], None),
+            (&["a", "b"], &["b", "a"], None),
+            (&["a", "b"], &["a"], Some("'b' is gone")),
+            (&["a"], &["a", "c"], Some("'c' is new")),
+            (&["a", "b"], &["a", "c"], Some("'b' is gone")),
+        ];
+        for (then, now, refusal) in cases {
+            let result = check_splits("src", id, then, now);
+            match (refusal, result) {
+                (None, Ok(())) => {}
+                (Some(words), Err(e)) => {
+                    let message = e.to_string();
+                    assert!(message.contains(words), "{message}");
+                    assert!(message.contains("'src'"), "{message}");
+                }
+                (want, got) => panic!("{then:?} -> {now:?}: wanted {want:?}, got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn partitioner_table() {
+        let v1 = PartitionerId {
+            name: "xxh3-64".into(),
+            version: 1,
+        };
+        let v2 = PartitionerId {
+            version: 2,
+            ..v1.clone()
+        };
+        let id = CheckpointId(7);
+        // (recorded, keyed operator, allowed)
+        let cases: &[(Option<&PartitionerId>, Option<&str>, bool)] = &[
+            (Some(&v1), Some("agg"), true),
+            (Some(&v2), Some("agg"), false),
+            (None, Some("agg"), false),
+            // Without keyed state placement does not matter.
+            (Some(&v2), None, true),
+            (None, None, true),
+        ];
+        for (recorded, keyed, allowed) in cases {
+            let result = check_partitioner(id, *recorded, &v1, *keyed);
+            assert_eq!(result.is_ok(), *allowed, "{recorded:?} {keyed:?}");
+            if let Err(e) = result {
+                let message = e.to_string();
+                assert!(message.contains("'agg'"), "{message}");
+                assert!(message.contains("xxh3-64 version 1"), "{message}");
+                assert!(message.contains("start it anew"), "{message}");
+            }
+        }
     }
 
     #[test]

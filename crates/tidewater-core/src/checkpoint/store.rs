@@ -356,6 +356,7 @@ mod tests {
             epoch: Epoch(epoch),
             created_at_ms: 0,
             fingerprint: String::new(),
+            partitioner: None,
             operators: vec![],
             blobs: vec![],
             commits: vec![],

@@ -82,7 +82,13 @@ impl Pipeline {
     /// Validates the pipeline and freezes it into a runnable [`Job`](crate::Job).
     pub fn build(self) -> Result<crate::Job> {
         let nodes = Rc::try_unwrap(self.graph)
-            .map_err(|_| Error::Internal("pipeline graph still borrowed".into()))?
+            .map_err(|_| {
+                Error::InvalidPipeline(
+                    "build() was called while a handle of this pipeline is still \
+                     alive (a Stream, KeyedStream or SinkRef): drop every such handle, or end its statement with `;`, before calling build()"
+                        .into(),
+                )
+            })?
             .into_inner();
         if self.name.is_empty() || self.name.contains('/') {
             return Err(Error::InvalidPipeline(format!(

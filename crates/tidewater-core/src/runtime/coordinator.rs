@@ -213,6 +213,7 @@ impl Coordinator {
                 epoch: self.epoch,
                 created_at_ms,
                 fingerprint: self.fingerprint.clone(),
+                partitioner: Some(crate::partition::partitioner()),
                 operators: self.operators.clone(),
                 blobs: Vec::new(),
                 commits: Vec::new(),

@@ -1,7 +1,6 @@
 //! A built pipeline ([`Job`]): how it is configured, started, watched and cancelled.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +19,8 @@ use super::restore::{RestoreResult, Restored, restore};
 use super::task::{SourceTask, SplitState, Tail, TaskCore, run_input_task};
 use crate::checkpoint::StateStore;
 use crate::checkpoint::manifest::OperatorRecord;
-use crate::checkpoint::restore::{RestoreOptions, Role};
+use crate::checkpoint::manifest::Role;
+use crate::checkpoint::restore::{RestoreOptions, check_splits};
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, Epoch};
 use crate::operator::{Operator, TaskContext};
@@ -313,66 +313,95 @@ impl Job {
     }
 }
 
-/// The records the manifest keeps per operator, with each one's role.
-fn describe(
-    job: &Job,
-    operators: &HashMap<usize, Vec<Box<dyn Operator>>>,
-) -> Vec<(OperatorRecord, Role)> {
+/// The records the manifest keeps per operator.
+fn describe(job: &Job, operators: &HashMap<usize, Vec<Box<dyn Operator>>>) -> Vec<OperatorRecord> {
     job.nodes
         .iter()
         .enumerate()
         .map(|(id, node)| {
-            let (kind, state_version, role) = match &node.body {
-                NodeBody::Source(source) => {
-                    (format!("source:{}", source.kind()), Some(1), Role::Source)
-                }
-                NodeBody::Sink(sink) => (
-                    format!("sink:{}", sink.kind()),
-                    sink.state_version(),
-                    Role::Sink,
-                ),
+            let (role, kind, state_version) = match &node.body {
+                NodeBody::Source(source) => (Role::Source, source.kind().to_string(), Some(1)),
+                NodeBody::Sink(sink) => (Role::Sink, sink.kind().to_string(), sink.state_version()),
                 NodeBody::Operator(_) => {
                     let first = &operators[&id][0];
                     (
+                        Role::Operator,
                         first.kind().to_string(),
                         first.state_version(),
-                        Role::Operator,
                     )
                 }
             };
-            let record = OperatorRecord {
+            OperatorRecord {
                 uid: node.uid.clone(),
+                role,
                 kind,
                 state_version,
                 parallelism: job.parallelism[id],
-            };
-            (record, role)
+            }
         })
         .collect()
 }
 
-fn fingerprint(job: &Job, records: &[(OperatorRecord, Role)]) -> String {
-    let mut hasher = foldhash::fast::FixedState::with_seed(1).build_hasher();
-    for (record, _) in records {
-        (
-            &record.uid,
-            &record.kind,
-            record.state_version,
-            record.parallelism,
-        )
-            .hash(&mut hasher);
+/// An operator whose state depends on where the partitioner sends each key:
+/// a stateful one reading a hash-partitioned input over several subtasks.
+fn keyed_operator<'a>(job: &Job, records: &'a [OperatorRecord]) -> Option<&'a str> {
+    job.nodes
+        .iter()
+        .zip(records)
+        .enumerate()
+        .find(|(id, (node, record))| {
+            record.state_version.is_some()
+                && job.parallelism[*id] > 1
+                && node
+                    .inputs
+                    .iter()
+                    .any(|e| matches!(e.partitioning, Partitioning::Hash(_)))
+        })
+        .map(|(_, (_, record))| record.uid.as_str())
+}
+
+/// A stable hash of the pipeline's shape (operators and edges) over a
+/// canonical encoding: strings as a little-endian u64 length and their
+/// bytes, numbers as little-endian u64s, hashed with XXH3-64. Unlike a hash
+/// of `Debug` output it changes only when the pipeline does.
+fn fingerprint(job: &Job, records: &[OperatorRecord]) -> String {
+    fn text(bytes: &mut Vec<u8>, s: &str) {
+        bytes.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(s.as_bytes());
+    }
+    fn number(bytes: &mut Vec<u8>, n: u64) {
+        bytes.extend_from_slice(&n.to_le_bytes());
+    }
+    let mut bytes = Vec::new();
+    number(&mut bytes, records.len() as u64);
+    for record in records {
+        text(&mut bytes, &record.uid);
+        number(&mut bytes, record.role as u64);
+        text(&mut bytes, &record.kind);
+        number(
+            &mut bytes,
+            record.state_version.map_or(0, |v| u64::from(v) + 1),
+        );
+        number(&mut bytes, record.parallelism as u64);
     }
     for node in &job.nodes {
         for edge in &node.inputs {
-            (
-                &job.nodes[edge.from].uid,
-                &node.uid,
-                format!("{:?}", edge.partitioning),
-            )
-                .hash(&mut hasher);
+            text(&mut bytes, &job.nodes[edge.from].uid);
+            text(&mut bytes, &node.uid);
+            match &edge.partitioning {
+                Partitioning::Forward => number(&mut bytes, 0),
+                Partitioning::Rebalance => number(&mut bytes, 1),
+                Partitioning::Hash(columns) => {
+                    number(&mut bytes, 2);
+                    number(&mut bytes, columns.len() as u64);
+                    for column in columns {
+                        text(&mut bytes, column);
+                    }
+                }
+            }
         }
     }
-    format!("{:016x}", hasher.finish())
+    format!("{:016x}", twox_hash::XxHash3_64::oneshot(&bytes))
 }
 
 /// Runs the job, restarting it from its last checkpoint after a retryable
@@ -436,7 +465,8 @@ async fn run_once(
         })
         .collect();
 
-    let restored = match restore(&store, &records, &sinks, config.restore).await? {
+    let keyed = keyed_operator(job, &records);
+    let restored = match restore(&store, &records, &sinks, config.restore, keyed).await? {
         RestoreResult::AlreadyComplete(checkpoint) => {
             info!(
                 checkpoint = checkpoint.0,
@@ -467,7 +497,7 @@ async fn run_once(
         store,
         epoch,
         fingerprint: fingerprint(job, &records),
-        operators: records.into_iter().map(|(r, _)| r).collect(),
+        operators: records,
         sinks,
         controls: wiring.controls,
         events: wiring.events,
@@ -711,27 +741,7 @@ async fn assign_splits(
     {
         let now: Vec<&str> = splits.iter().map(|s| s.id.as_str()).collect();
         let then: Vec<&str> = cursors.keys().map(String::as_str).collect();
-        let mut now_sorted = now.clone();
-        now_sorted.sort_unstable();
-        if now_sorted != then {
-            let missing = then.iter().find(|id| !now.contains(id));
-            let added = now.iter().find(|id| !then.contains(id));
-            return Err(Error::IncompatibleState {
-                uid: uid.clone(),
-                checkpoint,
-                detail: format!(
-                    "the source's splits changed ({} in the checkpoint, {} now; e.g. {} ...): \
-                     was the source's configuration (rows, keys, files, key range) changed?",
-                    then.len(),
-                    now.len(),
-                    match (missing, added) {
-                        (Some(m), _) => format!("'{m}' is gone"),
-                        (None, Some(a)) => format!("'{a}' is new"),
-                        (None, None) => "the order differs".into(),
-                    }
-                ),
-            });
-        }
+        check_splits(uid, checkpoint, &then, &now)?;
     } else if restored.checkpoint.is_some() && cursors.is_empty() {
         warn!(source = %uid, "source has no cursors in the checkpoint: reading from the start");
     }

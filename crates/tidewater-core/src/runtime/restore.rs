@@ -1,5 +1,6 @@
-//! Restore: finds the newest checkpoint whose data verifies, settles the sinks,
-//! and hands every task its state.
+//! Restore, the I/O half: reads what storage holds for
+//! [`plan_restore`](crate::checkpoint::restore_plan::plan_restore), carries
+//! out its plan on the sinks, and hands every task its state.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -10,8 +11,11 @@ use tracing::{info, warn};
 use super::coordinator::commit_all;
 use super::task::read_source_state;
 use crate::checkpoint::StateStore;
-use crate::checkpoint::manifest::{CheckpointKind, Manifest, OperatorRecord};
-use crate::checkpoint::restore::{RestoreOptions, Role, check_compatible};
+use crate::checkpoint::manifest::{Manifest, OperatorRecord, Role};
+use crate::checkpoint::restore::RestoreOptions;
+use crate::checkpoint::restore_plan::{
+    BlobCheck, Decision, ObservedCheckpoint, RestoreFacts, Start, plan_restore,
+};
 use crate::error::{Error, Result};
 use crate::ids::CheckpointId;
 use crate::sink::Sink;
@@ -40,102 +44,124 @@ pub(crate) enum RestoreResult {
     AlreadyComplete(CheckpointId),
 }
 
+/// Carries out a restore: gathers what storage holds, lets
+/// [`plan_restore`] decide, reverts and commits what the plan says, and
+/// returns the state the run starts from.
 pub(crate) async fn restore(
     store: &StateStore,
-    current: &[(OperatorRecord, Role)],
+    current: &[OperatorRecord],
     sinks: &HashMap<String, Arc<dyn Sink>>,
     options: RestoreOptions,
+    keyed: Option<&str>,
 ) -> Result<RestoreResult> {
     let (complete, folders) = store.list_checkpoints().await?;
-    let next_id = CheckpointId(folders.iter().map(|id| id.0).max().unwrap_or(0) + 1);
-    // Checkpoints newer than the one restored, whose committed output must be taken back.
-    let mut skipped: Vec<Manifest> = Vec::new();
-
-    for id in complete.iter().rev().copied() {
-        let manifest = match store.read_manifest(id).await {
-            Ok(manifest) => manifest,
-            Err(e @ Error::Corrupt(_)) => {
-                return Err(Error::Corrupt(format!(
-                    "{e}. Without it tidewater cannot tell which output checkpoint {id} \
-                     committed, so it will not guess: move the folder chk-{:020} aside to \
-                     resume from the checkpoint before it",
-                    id.0
-                )));
-            }
+    let mut checkpoints = Vec::with_capacity(complete.len());
+    for id in complete {
+        checkpoints.push(match store.read_manifest(id).await {
+            Ok(manifest) => ObservedCheckpoint::Manifest(Box::new(manifest)),
+            Err(e @ Error::Corrupt(_)) => ObservedCheckpoint::Unreadable {
+                id,
+                reason: e.to_string(),
+            },
             Err(e) => return Err(e),
+        });
+    }
+    let partitioner = crate::partition::partitioner();
+    let mut blobs = HashMap::new();
+    let mut loaded: Option<Restored> = None;
+    let plan = loop {
+        let facts = RestoreFacts {
+            checkpoints: &checkpoints,
+            folders: &folders,
+            blobs: &blobs,
+            pipeline: current,
+            keyed,
+            partitioner: &partitioner,
+            options,
         };
-        if manifest.kind == CheckpointKind::Final {
-            // Re-commit: the process may have died between the manifest and the commit.
-            commit_all(sinks, &manifest.commits).await?;
-            return Ok(RestoreResult::AlreadyComplete(id));
-        }
-        for note in check_compatible(id, &manifest.operators, current, options)? {
-            info!(checkpoint = id.0, "{note}");
-        }
-        match load_state(store, &manifest).await {
-            Ok(mut restored) => {
-                revert_skipped(sinks, &skipped, id).await?;
-                commit_all(sinks, &manifest.commits).await?;
-                restored.checkpoint = Some(id);
-                restored.rows_read = manifest.rows_read;
-                restored.next_id = next_id;
-                info!(
-                    checkpoint = id.0,
-                    rows_read = manifest.rows_read,
-                    "restoring"
-                );
-                return Ok(RestoreResult::Run(restored));
+        match plan_restore(facts)? {
+            Decision::Plan(plan) => break plan,
+            Decision::VerifyBlobs(id) => {
+                let manifest = checkpoints
+                    .iter()
+                    .find_map(|c| match c {
+                        ObservedCheckpoint::Manifest(m) if m.checkpoint == id => Some(m),
+                        _ => None,
+                    })
+                    .ok_or_else(|| Error::Internal(format!("no manifest for checkpoint {id}")))?;
+                match load_state(store, manifest).await {
+                    Ok(state) => {
+                        loaded = Some(state);
+                        blobs.insert(id, BlobCheck::Whole);
+                    }
+                    Err(e @ (Error::Corrupt(_) | Error::Storage { .. })) => {
+                        warn!(
+                            checkpoint = id.0,
+                            error = %e,
+                            "checkpoint is unusable; falling back to the one before it"
+                        );
+                        blobs.insert(id, BlobCheck::Unusable(e.to_string()));
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            Err(e @ (Error::Corrupt(_) | Error::Storage { .. })) => {
-                warn!(
-                    checkpoint = id.0,
-                    error = %e,
-                    "checkpoint is unusable; falling back to the one before it"
-                );
-                skipped.push(manifest);
-            }
-            Err(e) => return Err(e),
+        }
+    };
+    for note in &plan.notes {
+        info!("{note}");
+    }
+    for handle in &plan.revert {
+        if let Some(sink) = sinks.get(&handle.uid) {
+            warn!(
+                sink = %handle.uid,
+                subtask = handle.subtask,
+                checkpoint = handle.checkpoint.0,
+                "taking back output of a checkpoint that cannot be restored"
+            );
+            sink.revert(handle)
+                .await
+                .map_err(|e| e.in_operator(&handle.uid, handle.subtask))?;
         }
     }
-    if !skipped.is_empty() {
-        warn!("no usable checkpoint: starting from the beginning");
-        revert_skipped(sinks, &skipped, CheckpointId(0)).await?;
+    commit_all(sinks, &plan.commit).await?;
+    match plan.start {
+        Start::AlreadyComplete(checkpoint) => Ok(RestoreResult::AlreadyComplete(checkpoint)),
+        Start::Fresh => {
+            if !plan.fallbacks.is_empty() {
+                warn!("no usable checkpoint: starting from the beginning");
+            }
+            Ok(RestoreResult::Run(Restored {
+                next_id: plan.next_id,
+                ..Restored::default()
+            }))
+        }
+        Start::Resume(checkpoint) => {
+            let mut restored = loaded
+                .filter(|_| blobs.get(&checkpoint) == Some(&BlobCheck::Whole))
+                .ok_or_else(|| Error::Internal(format!("checkpoint {checkpoint} not loaded")))?;
+            restored.checkpoint = Some(checkpoint);
+            restored.next_id = plan.next_id;
+            info!(
+                checkpoint = checkpoint.0,
+                rows_read = restored.rows_read,
+                "restoring"
+            );
+            Ok(RestoreResult::Run(restored))
+        }
     }
-    Ok(RestoreResult::Run(Restored {
-        next_id,
-        ..Restored::default()
-    }))
 }
 
-/// Takes back the output committed by checkpoints past `restored`: the job
-/// will produce those rows again.
-async fn revert_skipped(
-    sinks: &HashMap<String, Arc<dyn Sink>>,
-    skipped: &[Manifest],
-    restored: CheckpointId,
-) -> Result<()> {
-    for manifest in skipped {
-        for handle in manifest.commits.iter().filter(|h| h.checkpoint > restored) {
-            if let Some(sink) = sinks.get(&handle.uid) {
-                warn!(
-                    sink = %handle.uid,
-                    subtask = handle.subtask,
-                    checkpoint = handle.checkpoint.0,
-                    "taking back output of a checkpoint that cannot be restored"
-                );
-                sink.revert(handle).await?;
-            }
-        }
-    }
-    Ok(())
-}
-
+/// Reads and verifies every blob of a checkpoint: the source cursors and
+/// the operator and sink state.
 async fn load_state(store: &StateStore, manifest: &Manifest) -> Result<Restored> {
-    let mut restored = Restored::default();
+    let mut restored = Restored {
+        rows_read: manifest.rows_read,
+        ..Restored::default()
+    };
     let sources: Vec<&str> = manifest
         .operators
         .iter()
-        .filter(|o| o.kind.starts_with("source:"))
+        .filter(|o| o.role == Role::Source)
         .map(|o| o.uid.as_str())
         .collect();
     for record in &manifest.blobs {

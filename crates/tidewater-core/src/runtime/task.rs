@@ -202,8 +202,13 @@ async fn upload(
         let buffer = store.blob_buffer(state.get_array_memory_size());
         let bytes = tokio::task::spawn_blocking(move || blob::encode_into(&state, buffer))
             .await
-            .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))??;
-        blobs.push(store.put_blob(checkpoint, &uid, subtask, bytes).await?);
+            .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))?
+            .map_err(|e| e.in_operator(&uid, subtask))?;
+        let blob = store
+            .put_blob(checkpoint, &uid, subtask, bytes)
+            .await
+            .map_err(|e| e.in_operator(&uid, subtask))?;
+        blobs.push(blob);
     }
     Ok(blobs)
 }

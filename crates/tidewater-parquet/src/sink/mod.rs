@@ -77,8 +77,10 @@ impl ParquetSinkOptions {
 /// each visible only once the checkpoint after it was finished completes.
 ///
 /// Files are named `part-{uid}-{subtask:04}-{seq:06}.parquet`, numbered per
-/// writer, so a commit repeated after a crash writes the same name. Staged
-/// parts (local folders) live under `_staging/{uid}/`.
+/// writer, so a commit repeated after a crash writes the same name; a name is
+/// published once, whole (create-only on a local folder, an atomic
+/// completion on object stores), and never overwritten. Staged parts (local
+/// folders) live under `_staging/{uid}/`, named with the run's epoch.
 ///
 /// # Examples
 ///
@@ -155,6 +157,7 @@ impl ParquetSink {
             self.options.clone(),
             ctx.uid.to_string(),
             ctx.subtask,
+            ctx.epoch.0,
         ))
     }
 }

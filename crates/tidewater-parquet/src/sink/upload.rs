@@ -15,7 +15,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
 use tidewater_core::{Error, Result};
-use tracing::debug;
+use tracing::{debug, warn};
 
 /// The smallest part S3 accepts, other than the last.
 pub(crate) const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
@@ -154,8 +154,14 @@ impl Uploader {
                         |relative: &str| tidewater_core::local_file(root, relative.split('/'));
                     let sources: Vec<_> = parts.iter().map(|part| local(part)).collect();
                     // Named like the file's staged parts, so a writer opening
-                    // after a crash mid-concatenation deletes a leftover.
-                    let temporary = local(&format!("{first}.concat"));
+                    // after a crash mid-concatenation deletes a leftover, and
+                    // unique to this process: a paused earlier run that wakes
+                    // up may be concatenating the same parts right now.
+                    let temporary = local(&format!(
+                        "{first}.concat-{}-{}",
+                        std::process::id(),
+                        CONCATENATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                    ));
                     let target = local(file);
                     tokio::task::spawn_blocking(move || {
                         concatenate_files(&sources, &temporary, &target)
@@ -264,9 +270,13 @@ impl Uploader {
     }
 }
 
+/// Numbers this process's concatenation temporaries.
+static CONCATENATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Writes `sources` one after another into `temporary`, makes it durable
-/// and renames it to `target`. The copy stays in the kernel (copy_file_range
-/// on Linux): committing a 128 MiB file costs no process memory.
+/// and publishes it as `target` (see [`publish_once`]). The copy stays in the
+/// kernel (copy_file_range on Linux): committing a 128 MiB file costs no
+/// process memory.
 fn concatenate_files(
     sources: &[std::path::PathBuf],
     temporary: &std::path::Path,
@@ -290,13 +300,57 @@ fn concatenate_files(
     out.sync_all()
         .map_err(|e| failed("syncing", temporary, e))?;
     drop(out);
-    std::fs::rename(temporary, target).map_err(|e| failed("renaming", temporary, e))?;
+    publish_once(temporary, target).map_err(|e| failed("publishing", temporary, e))?;
     if let Some(dir) = target.parent() {
         std::fs::File::open(dir)
             .and_then(|dir| dir.sync_all())
             .map_err(|e| failed("syncing the folder of", target, e))?;
     }
     Ok(())
+}
+
+/// Makes the whole file `temporary` visible as `target` in one atomic,
+/// exclusive step (a hard link, which fails when the name exists), then
+/// removes `temporary`. When `target` exists, another run published it first
+/// from the same staged parts (a commit repeated by a successor while a
+/// paused earlier run woke up): it is whole, since every publication is, and
+/// it is kept rather than overwritten.
+fn publish_once(temporary: &std::path::Path, target: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::hard_link(temporary, target) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let ours = std::fs::metadata(temporary)?.len();
+            let theirs = std::fs::metadata(target)?.len();
+            if ours == theirs {
+                debug!(file = %target.display(), "already published by another run; kept");
+            } else {
+                warn!(
+                    file = %target.display(),
+                    bytes = theirs,
+                    expected = ours,
+                    "the file was already published by another run with other content; kept \
+                     as it is (is another process running this job with the same state?)"
+                );
+            }
+        }
+        // A file system without hard links: create-only by check, then rename.
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::Unsupported | std::io::ErrorKind::PermissionDenied
+            ) =>
+        {
+            if !target.exists() {
+                std::fs::rename(temporary, target)?;
+            }
+        }
+        Err(e) => return Err(e),
+    }
+    match std::fs::remove_file(temporary) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 fn lost_part(staged: impl Display, file: impl Display, error: impl Display) -> Error {

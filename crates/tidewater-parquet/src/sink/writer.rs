@@ -30,6 +30,9 @@ pub(crate) struct ParquetSinkWriter {
     options: ParquetSinkOptions,
     uid: String,
     subtask: usize,
+    /// The run's fencing epoch: staged part names carry it, so two runs
+    /// alive at once (one paused and woken) never write the same object.
+    epoch: u64,
     next_seq: u64,
     schema: Option<SchemaRef>,
     /// Rows not yet encoded into a row group.
@@ -56,12 +59,14 @@ impl ParquetSinkWriter {
         options: ParquetSinkOptions,
         uid: String,
         subtask: usize,
+        epoch: u64,
     ) -> Self {
         ParquetSinkWriter {
             uploader,
             options,
             uid,
             subtask,
+            epoch,
             next_seq: 0,
             schema: None,
             buffer: Vec::new(),
@@ -77,9 +82,12 @@ impl ParquetSinkWriter {
         format!("part-{}-{:04}-{seq:06}.parquet", self.uid, self.subtask)
     }
 
-    /// The stem of a file's staged parts.
+    /// The stem of a file's staged parts written by this run.
     fn staging_name(&self, seq: u64) -> String {
-        format!("{STAGING}/{}/{:04}-{seq:06}", self.uid, self.subtask)
+        format!(
+            "{STAGING}/{}/{:04}-{seq:06}-e{}",
+            self.uid, self.subtask, self.epoch
+        )
     }
 
     fn parquet_error(&self, what: &str, e: ParquetError) -> Error {
@@ -372,7 +380,7 @@ mod tests {
             root: "out".into(),
             local_root: None,
         };
-        ParquetSinkWriter::new(uploader, options, "sink".into(), 0)
+        ParquetSinkWriter::new(uploader, options, "sink".into(), 0, 1)
     }
 
     async fn commit(store: &Arc<InMemory>, payload: serde_json::Value) -> Vec<String> {
