@@ -17,10 +17,6 @@
 
 #[path = "support/copy_transform.rs"]
 mod copy_transform;
-#[path = "support/fused.rs"]
-mod fused;
-#[path = "support/runner.rs"]
-mod runner;
 
 use std::process::ExitCode;
 use std::time::Instant;
@@ -29,8 +25,9 @@ use anyhow::Context;
 use arrow::array::RecordBatch;
 use arrow::compute::filter_record_batch;
 use clap::{Parser, ValueEnum};
-use runner::RunArgs;
 use tidewater::prelude::*;
+use tidewater_cli::runner;
+use tidewater_cli::runner::RunArgs;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -118,7 +115,7 @@ fn run_fused(args: &Args) -> anyhow::Result<ExitCode> {
                 let mask = copy_transform::keep_row(batch)?;
                 copy_transform::add_w(filter_record_batch(batch, &mask)?)
             };
-            fused::copy(
+            tidewater_bench::fused::copy(
                 args.rows,
                 args.keys,
                 args.run.parallelism,
@@ -127,7 +124,9 @@ fn run_fused(args: &Args) -> anyhow::Result<ExitCode> {
                 &transform,
             )?
         }
-        Mode::Aggregate => fused::aggregate(args.rows, args.keys, args.run.parallelism, out)?,
+        Mode::Aggregate => {
+            tidewater_bench::fused::aggregate(args.rows, args.keys, args.run.parallelism, out)?
+        }
     };
     let elapsed = started.elapsed();
     println!(

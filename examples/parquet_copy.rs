@@ -13,16 +13,14 @@
 //! 1 failed, 3 cancelled (resumable). Object-store credentials come from the
 //! environment (docs/connectors/parquet.md).
 
-#[path = "support/runner.rs"]
-mod runner;
-
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use runner::RunArgs;
 use tidewater::parquet::{OnCorruptFile, ParquetSource};
 use tidewater::prelude::*;
+use tidewater_cli::runner;
+use tidewater_cli::runner::RunArgs;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

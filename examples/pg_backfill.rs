@@ -14,18 +14,17 @@
 
 #[path = "support/copy_transform.rs"]
 mod copy_transform;
-#[path = "support/runner.rs"]
-mod runner;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, ValueEnum};
-use runner::{Interval, RunArgs, parse_interval};
 use tidewater::RateLimit;
 use tidewater::postgres::{LagSource, PostgresSink, PostgresSource, ReplicaLagThrottle, SinkMode};
 use tidewater::prelude::*;
+use tidewater_cli::runner;
+use tidewater_cli::runner::{Interval, RunArgs, parse_interval};
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -13,9 +13,9 @@ cd "$(dirname "$0")/.."
 what="${1:-all}"
 out=bench-results
 rows="${ROWS:-50000000}"
-cargo build --release --examples
+cargo build --release --examples -p tidewater-bench
 
-bench() { cargo run --release --quiet --example bench -- interval "$@"; }
+bench() { cargo run --release --quiet -p tidewater-bench -- interval "$@"; }
 
 if [[ $what == all || $what == headline ]]; then
   # Long runs (~25 s each at 60M rows/s): a 10 s interval checkpoints twice per run.
@@ -53,7 +53,7 @@ fi
 if [[ $what == all || $what == duckdb ]]; then
   python3 -c "import duckdb" 2>/dev/null || python3 -m pip install --quiet duckdb
   mkdir -p "$out/duckdb"
-  cargo run --release --quiet --example bench -- duckdb --rows "$rows" --keys 1000000 \
+  cargo run --release --quiet -p tidewater-bench -- duckdb --rows "$rows" --keys 1000000 \
     --parallelism 2 --duckdb-threads 2 --interval 1s --repeat 5 \
     --out-dir "$out/duckdb" | tee "$out/duckdb.txt"
 fi

@@ -1,4 +1,4 @@
-//! `bench duckdb`: tidewater against the engine users would otherwise reach
+//! `tidewater-bench duckdb`: tidewater against the engine users would otherwise reach
 //! for, on the same Parquet file in the same run.
 //!
 //! tidewater: ParquetSource(id, k, v) → key_by(k) → count, sum(v), max(id) →
@@ -22,8 +22,8 @@ use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use tidewater::parquet::ParquetSource;
-use tidewater::prelude::*;
+use tidewater_core::{AggregateSpec, GeneratorSource, JobConfig, Outcome, Pipeline};
+use tidewater_parquet::{ParquetSink, ParquetSource};
 
 #[derive(Debug, clap::Args)]
 pub struct DuckdbArgs {

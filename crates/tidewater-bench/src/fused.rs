@@ -19,7 +19,7 @@ use hashbrown::hash_map::Entry;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
-use tidewater::GeneratorSource;
+use tidewater_core::GeneratorSource;
 
 const BATCH_ROWS: u64 = 8192;
 
@@ -45,7 +45,7 @@ fn ranges(source: &GeneratorSource, t: usize, p: usize) -> Vec<(u64, u64)> {
 }
 
 /// The filter and the new column of copy mode.
-type Transform = dyn Fn(&RecordBatch) -> tidewater::Result<RecordBatch> + Sync;
+type Transform = dyn Fn(&RecordBatch) -> tidewater_core::Result<RecordBatch> + Sync;
 
 /// Copy mode, by hand. Returns rows read.
 pub fn copy(

@@ -3,7 +3,7 @@
 //! seconds until progress resumes), measured on the backfill example.
 //!
 //! ```text
-//! cargo run --release --example bench -- interval --mode aggregate --rows 50000000 --keys 1000000
+//! cargo run --release -p tidewater-bench -- interval --mode aggregate --rows 50000000 --keys 1000000
 //! ```
 //!
 //! Every interval runs `--repeat` times, interleaved with the others and with
@@ -12,13 +12,14 @@
 //! at `--crashes` random instants and restarted. Results: a table on the
 //! terminal, `results.csv`, and `interval.svg` / `interval.png` in `--out-dir`.
 //!
-//! `bench duckdb` runs Parquet → GROUP BY → Parquet on tidewater (with
-//! checkpoints) and on DuckDB, side by side: see `support/duckdb_bench.rs`.
-//! `bench pg` runs pg_backfill beside the alternatives: `support/pg_bench.rs`.
+//! `tidewater-bench duckdb` runs Parquet → GROUP BY → Parquet on tidewater
+//! (with checkpoints) and on DuckDB, side by side: see `duckdb_bench.rs`.
+//! `tidewater-bench pg` runs pg_backfill beside the alternatives: `pg_bench.rs`.
+//!
+//! The runs are the root package's examples (`backfill`, `pg_backfill`),
+//! built with this binary's profile when it runs under cargo.
 
-#[path = "support/duckdb_bench.rs"]
 mod duckdb_bench;
-#[path = "support/pg_bench.rs"]
 mod pg_bench;
 
 use std::path::{Path, PathBuf};
@@ -82,18 +83,18 @@ struct IntervalArgs {
     scratch: Option<PathBuf>,
 }
 
-/// The example `name` next to this binary, built with the same profile.
+/// The example `name` of the root package, built with this binary's profile
+/// (in `target/{profile}/examples/`).
 fn example_binary(name: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let dir = exe.parent().context("binary folder")?;
     let profile = dir
-        .parent()
-        .and_then(|p| p.file_name())
+        .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or("release");
     if let Ok(cargo) = std::env::var("CARGO") {
         let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "--example", name]);
+        build.args(["build", "--quiet", "-p", "tidewater", "--example", name]);
         match profile {
             "debug" => {}
             "release" => {
@@ -111,7 +112,7 @@ fn example_binary(name: &str) -> anyhow::Result<PathBuf> {
             bail!("building the {name} example failed");
         }
     }
-    let binary = dir.join(name);
+    let binary = dir.join("examples").join(name);
     if !binary.exists() {
         bail!(
             "{} is missing: run `cargo build --release --example {name}`",
@@ -400,7 +401,7 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
                 // Uniform over the run, after start-up and before the end.
                 let fraction = 0.2
                     + 0.7
-                        * (tidewater::splitmix64(attempts as u64 + index as u64 * 1000) % 1000)
+                        * (tidewater_core::splitmix64(attempts as u64 + index as u64 * 1000) % 1000)
                             as f64
                         / 1000.0;
                 let at = Duration::from_secs_f64(run_time * fraction);

@@ -1,4 +1,4 @@
-//! `bench pg`: the pg_backfill example in both sink modes beside what a user
+//! `tidewater-bench pg`: the pg_backfill example in both sink modes beside what a user
 //! would otherwise do, on the same server in the same run (issue 3):
 //!
 //! - the hand-written loop: `SELECT ... WHERE id > $1 ORDER BY id LIMIT 5000`,

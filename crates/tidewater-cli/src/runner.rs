@@ -1,9 +1,7 @@
-//! What every runner binary of the examples does around a job: parse an
-//! interval, show progress, turn SIGINT/SIGTERM into a savepoint, write the
-//! status and summary files the benchmarks read, and map the outcome to an
-//! exit code (0 complete, 1 failed, 3 cancelled and resumable).
-
-#![allow(dead_code)] // each example uses its own subset
+//! What every program that runs a job does around it: parse an interval,
+//! show progress, turn SIGINT/SIGTERM into a savepoint, write the status and
+//! summary files the benchmarks read, and map the outcome to an exit code
+//! (0 complete, 1 failed, 3 cancelled and resumable).
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -12,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use tidewater::prelude::*;
-use tidewater::{ProgressSnapshot, Summary};
+use tidewater_core::{Job, JobConfig, Outcome, ProgressSnapshot, Summary};
 
 /// A checkpoint interval flag; `None` is `off`.
 #[derive(Debug, Clone, Copy)]

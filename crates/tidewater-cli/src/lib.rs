@@ -1,0 +1,9 @@
+//! The command-line side of tidewater: what every program that runs a job
+//! does around it. [`runner`] parses the common flags (checkpoint interval,
+//! parallelism, state, retention, report files), shows progress, turns
+//! SIGINT/SIGTERM into a savepoint, writes the status and summary files the
+//! benchmarks read, and maps the outcome to an exit code (0 complete, 1
+//! failed, 3 cancelled and resumable). The examples use it; so will the
+//! `tidewater` binary.
+
+pub mod runner;
