@@ -156,6 +156,15 @@ impl Error {
         }
     }
 
+    /// This worker's and the newer epoch, when this is (or wraps) a fencing error.
+    pub fn fenced_epochs(&self) -> Option<(Epoch, Epoch)> {
+        match self {
+            Error::Fenced { mine, newer, .. } => Some((*mine, *newer)),
+            Error::InOperator { source, .. } => source.fenced_epochs(),
+            _ => None,
+        }
+    }
+
     /// Wraps the error with the operator it came from (once: an already wrapped one is kept).
     pub fn in_operator(self, uid: &str, subtask: usize) -> Error {
         match self {

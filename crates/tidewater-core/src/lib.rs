@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 mod error;
+pub mod events;
 mod failpoint;
 mod ids;
 mod operator;

@@ -18,10 +18,10 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::ParquetRecordBatchStream;
 use serde::{Deserialize, Serialize};
+use tidewater_core::events::{InputDeadLettered, InternalEvent, SourcePlanned};
 use tidewater_core::{
     Cursor, Error, Result, Source, Split, SplitReader, StoreLocation, open_location,
 };
-use tracing::{info, warn};
 
 /// What the source does with a file it cannot read.
 #[derive(Debug, Clone, Default)]
@@ -206,12 +206,13 @@ impl ParquetSourceBuilder {
                 });
             }
         }
-        info!(
-            files = files.len(),
-            row_groups = splits.len(),
-            rows = splits.iter().filter_map(|s| s.estimated_rows).sum::<u64>(),
-            "parquet source planned"
-        );
+        SourcePlanned {
+            kind: "parquet",
+            files: files.len(),
+            splits: splits.len(),
+            rows: splits.iter().filter_map(|s| s.estimated_rows).sum::<u64>(),
+        }
+        .emit();
         Ok(ParquetSource {
             inner: Arc::new(Inner {
                 location,
@@ -485,10 +486,12 @@ async fn record_bad_file(
     let Some(at) = dead_letters else {
         return Err(Error::BadInput(format!("parquet source: {error}")));
     };
-    warn!(
+    InputDeadLettered {
         file,
-        row_group, error, "skipping unreadable Parquet data (dead letter)"
-    );
+        row_group,
+        error,
+    }
+    .emit();
     let record = serde_json::json!({ "file": file, "row_group": row_group, "error": error });
     let name = match row_group {
         Some(g) => format!("{}#{g}.json", file.replace('/', "__")),

@@ -9,8 +9,11 @@ use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
+use tidewater_core::events::{
+    ConnectionRetried, InternalEvent, PreparedRolledBack, RowDeadLettered,
+};
 use tidewater_core::{CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::errors::{
     constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, user_error,
@@ -235,10 +238,7 @@ impl Sink for PostgresSink {
         .await
         .map_err(|e| db_error("listing prepared transactions", e))?;
         for (gid,) in gids {
-            warn!(
-                gid,
-                "rolling back a prepared transaction no checkpoint completed"
-            );
+            PreparedRolledBack { gid: &gid }.emit();
             let sql = format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"));
             if let Err(e) = sqlx::raw_sql(AssertSqlSafe(sql)).execute(&self.pool).await {
                 // Another process may have resolved it meanwhile.
@@ -429,7 +429,15 @@ impl PostgresWriter {
                 self.sink.max_bad_rows
             )));
         }
-        warn!(table = %self.sink.table, row = %row_value, error = %detail, "row sent to tidewater_dead_letters");
+        RowDeadLettered {
+            job: &self.ctx.job,
+            uid: &self.ctx.uid,
+            subtask: self.ctx.subtask,
+            target: "tidewater_dead_letters",
+            row: &row_value.to_string(),
+            reason: &detail.to_string(),
+        }
+        .emit();
         let (job, uid, subtask, table) = (
             self.ctx.job.to_string(),
             self.ctx.uid.to_string(),
@@ -482,7 +490,13 @@ impl PostgresWriter {
                 Err(e) if is_connection_error(&e) && attempt < 5 => {
                     attempt += 1;
                     self.connection = None;
-                    warn!(table = %self.sink.table, attempt, error = %e, "sink connection lost; retrying");
+                    ConnectionRetried {
+                        what: "postgres sink",
+                        target: &self.sink.table,
+                        attempt,
+                        error: &e.to_string(),
+                    }
+                    .emit();
                     tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
                 }
                 Err(e) if is_row_error(&e) && self.sink.max_bad_rows > 0 => {

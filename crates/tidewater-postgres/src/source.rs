@@ -13,8 +13,8 @@ use futures::TryStreamExt;
 use serde_json::json;
 use sqlx::AssertSqlSafe;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use tidewater_core::events::{ConnectionRetried, InternalEvent};
 use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
-use tracing::warn;
 
 use crate::copy::COPY_TRAILER;
 use crate::decode::{ColumnBuilder, decode_copy};
@@ -391,7 +391,13 @@ impl SplitReader for PostgresReader {
                 // Reads are idempotent: on a dropped connection, read again.
                 Err(e) if is_connection_error(&e) && attempt < READ_RETRIES => {
                     attempt += 1;
-                    warn!(table = %self.source.table, attempt, error = %e, "source connection lost; retrying");
+                    ConnectionRetried {
+                        what: "postgres source",
+                        target: &self.source.table,
+                        attempt,
+                        error: &e.to_string(),
+                    }
+                    .emit();
                     tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
                 }
                 Err(e) => return Err(db_error(&format!("reading '{}'", self.source.table), e)),

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use tidewater_core::events::{InternalEvent, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
 use tidewater_core::{Result, Throttle};
 use tokio::sync::{Notify, OnceCell};
-use tracing::{info, warn};
 
 use crate::errors::db_error;
 
@@ -139,7 +139,11 @@ impl ReplicaLagThrottle {
                 match read_lag(&pool, inner.source).await {
                     Ok(lag) => ReplicaLagThrottle { inner }.apply(lag),
                     // Keep the last decision: a missed poll is not a reason to flood the primary.
-                    Err(e) => warn!(error = %e, "cannot read the replica lag"),
+                    Err(e) => ThrottleCheckFailed {
+                        throttle: "replica-lag",
+                        error: &e.to_string(),
+                    }
+                    .emit(),
                 }
             }
         });
@@ -154,17 +158,17 @@ impl ReplicaLagThrottle {
         if now != was {
             inner.paused.store(now, Ordering::Release);
             if now {
-                warn!(
-                    lag_s = lag,
-                    high_s = high,
-                    "throttled: replica lag {lag:.1}s > {high:.1}s; sources paused"
-                );
+                ThrottlePaused {
+                    throttle: "replica-lag",
+                    reason: &format!("replica lag {lag:.1}s > {high:.1}s"),
+                }
+                .emit();
             } else {
-                info!(
-                    lag_s = lag,
-                    low_s = low,
-                    "replica lag {lag:.1}s < {low:.1}s; sources resume"
-                );
+                ThrottleResumed {
+                    throttle: "replica-lag",
+                    reason: &format!("replica lag {lag:.1}s < {low:.1}s"),
+                }
+                .emit();
                 inner.resumed.notify_waiters();
             }
         }

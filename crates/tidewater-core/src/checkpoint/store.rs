@@ -284,10 +284,8 @@ impl StateStore {
             Err(object_store::Error::NotImplemented { .. }) => {
                 static WARNED: std::sync::Once = std::sync::Once::new();
                 WARNED.call_once(|| {
-                    tracing::warn!(
-                        "the checkpoint store has no conditional writes: falling back to \
-                         check-then-put, which relies on one worker running the job at a time \
-                         (see docs/connectors/parquet.md)"
+                    crate::events::InternalEvent::emit(
+                        crate::events::StoreWithoutConditionalWrites,
                     );
                 });
                 match self.store.head(path).await {

@@ -1,7 +1,9 @@
-//! The logical graph a [`Pipeline`](super::Pipeline) builds, and how it is cut into chains.
+//! The logical graph a [`Pipeline`](super::Pipeline) builds (`plan.rs` turns it
+//! into tasks).
 
 use std::sync::Arc;
 
+use super::plan::NodeShape;
 use crate::error::{Error, Result};
 use crate::operator::OperatorFactory;
 use crate::sink::Sink;
@@ -25,6 +27,7 @@ pub(crate) enum NodeBody {
     Sink(Arc<dyn Sink>),
 }
 
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Edge {
     pub from: usize,
     pub partitioning: Partitioning,
@@ -38,12 +41,25 @@ pub(crate) struct Node {
     /// builder inserted to run beside its input, e.g. a pre-aggregation).
     pub parallelism_of: Option<usize>,
     /// What to run instead when this node and every consumer of it have one
-    /// subtask each (a pre-aggregation then saves no shuffle: it would only
-    /// aggregate twice in one task).
-    pub single_subtask_body: Option<OperatorFactory>,
+    /// subtask each: for an operator that only pays across a shuffle (a
+    /// pre-aggregation there would only aggregate twice in one task).
+    pub single_subtask_form: Option<OperatorFactory>,
     pub inputs: Vec<Edge>,
     /// Consulted before each fetch (sources only).
     pub throttles: Vec<Arc<dyn crate::throttle::Throttle>>,
+}
+
+impl Node {
+    /// What the planner needs to know of it.
+    pub fn shape(&self) -> NodeShape {
+        NodeShape {
+            inputs: self.inputs.clone(),
+            parallelism: self.parallelism,
+            parallelism_of: self.parallelism_of,
+            has_single_subtask_form: self.single_subtask_form.is_some(),
+            is_sink: matches!(self.body, NodeBody::Sink(_)),
+        }
+    }
 }
 
 /// A run of nodes executed in one task per subtask, with no channel between them.
@@ -72,54 +88,4 @@ pub(crate) fn validate_uid(uid: &str) -> Result<()> {
              not starting with '.' or '_' (it names the operator's state in every checkpoint)"
         )))
     }
-}
-
-/// Cuts the graph into chains: a node joins its input's chain when the edge is
-/// Forward (or a hash edge between two single subtasks), the parallelism is
-/// equal, and it is that input's only consumer.
-pub(crate) fn plan_chains(nodes: &[Node], parallelism: &[usize]) -> Vec<ChainPlan> {
-    let mut consumers = vec![0usize; nodes.len()];
-    for node in nodes {
-        for edge in &node.inputs {
-            consumers[edge.from] += 1;
-        }
-    }
-    let mut chain_of = vec![usize::MAX; nodes.len()];
-    let mut chains: Vec<ChainPlan> = Vec::new();
-    for (id, node) in nodes.iter().enumerate() {
-        let chainable = match node.inputs.as_slice() {
-            [edge] => {
-                let one_to_one = match edge.partitioning {
-                    Partitioning::Forward => true,
-                    // With one subtask on each side every key goes to subtask
-                    // 0: the edge is a forward edge, and a channel hop would
-                    // only make the two tasks hand batches to each other.
-                    Partitioning::Hash(_) => parallelism[id] == 1,
-                    Partitioning::Rebalance => false,
-                };
-                one_to_one
-                    && parallelism[edge.from] == parallelism[id]
-                    && consumers[edge.from] == 1
-                    && !matches!(nodes[edge.from].body, NodeBody::Sink(_))
-            }
-            _ => false,
-        };
-        if chainable {
-            let chain = chain_of[node.inputs[0].from];
-            chains[chain].nodes.push(id);
-            chain_of[id] = chain;
-        } else {
-            chain_of[id] = chains.len();
-            chains.push(ChainPlan {
-                nodes: vec![id],
-                parallelism: parallelism[id],
-                inputs: node
-                    .inputs
-                    .iter()
-                    .map(|e| (chain_of[e.from], e.partitioning.clone()))
-                    .collect(),
-            });
-        }
-    }
-    chains
 }

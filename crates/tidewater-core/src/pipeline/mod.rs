@@ -1,6 +1,7 @@
 //! Declaring a pipeline: sources, transforms, keyed aggregation and sinks.
 
 pub(crate) mod graph;
+pub(crate) mod plan;
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -68,7 +69,7 @@ impl Pipeline {
             body,
             parallelism: None,
             parallelism_of: None,
-            single_subtask_body: None,
+            single_subtask_form: None,
             inputs,
             throttles: Vec::new(),
         });
@@ -180,7 +181,7 @@ impl Stream {
             body,
             parallelism: None,
             parallelism_of: None,
-            single_subtask_body: None,
+            single_subtask_form: None,
             throttles: Vec::new(),
             inputs: vec![Edge {
                 from: self.node,
@@ -314,7 +315,7 @@ impl KeyedStream {
             let mut graph = local.graph.borrow_mut();
             graph[local.node].parallelism_of = Some(upstream);
             let (keys, spec) = (keys.clone(), spec.clone());
-            graph[local.node].single_subtask_body = Some(Arc::new(move |_: &TaskContext| {
+            graph[local.node].single_subtask_form = Some(Arc::new(move |_: &TaskContext| {
                 Ok(Box::new(LocalAggregateOperator::passing_on(
                     keys.clone(),
                     spec.clone(),

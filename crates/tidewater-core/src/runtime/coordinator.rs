@@ -9,13 +9,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
-use tracing::{info, warn};
 
 use super::progress::{CheckpointStats, Progress};
 use super::task::{Control, Event};
 use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord};
 use crate::checkpoint::{StateStore, restore};
 use crate::error::{Error, Result};
+use crate::events::{
+    CheckpointCompleted, CheckpointStarted, InternalEvent, RetentionFailed, SavepointRequested,
+    SinkCommitted,
+};
 use crate::failpoint;
 use crate::ids::{CheckpointId, Epoch};
 use crate::sink::{CommitHandle, Sink};
@@ -111,7 +114,7 @@ impl Coordinator {
                 }
                 changed = self.cancel.changed(), if !cancel_requested => {
                     if changed.is_ok() && *self.cancel.borrow() {
-                        info!("cancel requested: taking a savepoint");
+                        SavepointRequested { job: self.store.job() }.emit();
                         cancel_requested = true;
                     } else if changed.is_err() {
                         // The handle was dropped: nobody can cancel any more.
@@ -182,6 +185,12 @@ impl Coordinator {
     fn start(&mut self, kind: CheckpointKind) -> Result<InFlight> {
         let id = self.next_id;
         self.next_id = id.next();
+        CheckpointStarted {
+            job: self.store.job(),
+            checkpoint: id.0,
+            kind,
+        }
+        .emit();
         for control in &self.controls {
             let message = match kind {
                 CheckpointKind::Final => Control::Finish(id),
@@ -242,7 +251,7 @@ impl Coordinator {
             if n == 1 {
                 failpoint::hit("mid-commit", id);
             }
-            commit_all(&self.sinks, std::slice::from_ref(handle)).await?;
+            commit_all(self.store.job(), &self.sinks, std::slice::from_ref(handle)).await?;
         }
         failpoint::hit("after-commit", id);
         let stats = CheckpointStats {
@@ -253,15 +262,16 @@ impl Coordinator {
         };
         self.progress
             .checkpoint_completed(stats, manifest.rows_read);
-        info!(
-            checkpoint = manifest.checkpoint.0,
-            kind = ?manifest.kind,
-            took_ms = took.as_millis() as u64,
-            state_bytes = flight.bytes,
-            commits = manifest.commits.len(),
-            rows_read = manifest.rows_read,
-            "checkpoint complete"
-        );
+        CheckpointCompleted {
+            job: self.store.job(),
+            checkpoint: manifest.checkpoint.0,
+            kind: manifest.kind,
+            duration: took,
+            state_bytes: flight.bytes,
+            commits: manifest.commits.len(),
+            rows_read: manifest.rows_read,
+        }
+        .emit();
         self.apply_retention().await;
         Ok(())
     }
@@ -277,7 +287,11 @@ impl Coordinator {
         .await;
         if let Err(e) = result {
             // Old checkpoints cost space, not correctness: retry at the next one.
-            warn!(error = %e, "could not delete old checkpoints");
+            RetentionFailed {
+                job: self.store.job(),
+                error: &e,
+            }
+            .emit();
         }
     }
 
@@ -315,6 +329,7 @@ fn is_secondary(error: &Error) -> bool {
 
 /// Commits sink handles (idempotent), in a stable order.
 pub(crate) async fn commit_all(
+    job: &str,
     sinks: &HashMap<String, Arc<dyn Sink>>,
     commits: &[CommitHandle],
 ) -> Result<()> {
@@ -328,6 +343,13 @@ pub(crate) async fn commit_all(
         sink.commit(handle)
             .await
             .map_err(|e| e.in_operator(&handle.uid, handle.subtask))?;
+        SinkCommitted {
+            job,
+            uid: &handle.uid,
+            subtask: handle.subtask,
+            checkpoint: handle.checkpoint.0,
+        }
+        .emit();
     }
     Ok(())
 }

@@ -2,7 +2,10 @@
 //! coordinator that drives them.
 
 mod chain;
+mod config;
 mod coordinator;
+mod describe;
+mod handle;
 pub(crate) mod input_gate;
 mod job;
 pub(crate) mod message;
@@ -10,6 +13,9 @@ mod output;
 mod progress;
 mod restore;
 mod task;
+mod wiring;
 
-pub use job::{Job, JobConfig, JobControl, JobHandle, Outcome, Summary};
+pub use config::JobConfig;
+pub use handle::{JobControl, JobHandle, Outcome, Summary};
+pub use job::Job;
 pub use progress::{CheckpointStats, Progress, ProgressSnapshot};

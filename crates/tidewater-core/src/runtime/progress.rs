@@ -1,10 +1,15 @@
 //! Live counters of a running job, shared with its handle.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::checkpoint::CheckpointKind;
+
+/// How many checkpoints [`Progress::checkpoint_history`] keeps: at one a
+/// second, the last hour and more.
+pub(crate) const HISTORY_LIMIT: usize = 4096;
 
 /// What one completed checkpoint cost.
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +40,7 @@ pub struct Progress {
     first_batch_ms: AtomicU64,
     /// Time source subtasks waited on throttles, ongoing waits included.
     throttled: Mutex<ThrottleClock>,
-    history: Mutex<Vec<CheckpointStats>>,
+    history: Mutex<VecDeque<CheckpointStats>>,
 }
 
 /// A consistent-enough reading of [`Progress`].
@@ -111,7 +116,7 @@ impl Progress {
             last_checkpoint_ms: AtomicU64::new(0),
             first_batch_ms: AtomicU64::new(0),
             throttled: Mutex::default(),
-            history: Mutex::new(Vec::new()),
+            history: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -124,9 +129,14 @@ impl Progress {
         }
     }
 
-    /// Every checkpoint completed in this run, oldest first.
+    /// The checkpoints completed in this run, oldest first: the last 4096 of
+    /// them (a stream runs for weeks; the count of all of them is in
+    /// [`ProgressSnapshot::checkpoints`] and the metrics).
     pub fn checkpoint_history(&self) -> Vec<CheckpointStats> {
-        self.history.lock().map(|h| h.clone()).unwrap_or_default()
+        self.history
+            .lock()
+            .map(|h| h.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Marks one source subtask as waiting on its throttles until the guard
@@ -174,7 +184,10 @@ impl Progress {
     pub(crate) fn checkpoint_completed(&self, stats: CheckpointStats, rows_read: u64) {
         let (id, took) = (stats.id, stats.duration);
         if let Ok(mut history) = self.history.lock() {
-            history.push(stats);
+            if history.len() == HISTORY_LIMIT {
+                history.pop_front();
+            }
+            history.push_back(stats);
         }
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.last_checkpoint.store(id, Ordering::Relaxed);
@@ -226,6 +239,30 @@ impl Progress {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_history_keeps_the_newest_checkpoints_only() {
+        let progress = Progress::new(0);
+        for id in 1..=(HISTORY_LIMIT as u64 + 10) {
+            progress.checkpoint_completed(
+                CheckpointStats {
+                    id,
+                    kind: CheckpointKind::Periodic,
+                    duration: Duration::from_millis(1),
+                    state_bytes: 0,
+                },
+                id,
+            );
+        }
+        let history = progress.checkpoint_history();
+        assert_eq!(history.len(), HISTORY_LIMIT);
+        assert_eq!(history[0].id, 11);
+        assert_eq!(
+            history.last().map(|c| c.id),
+            Some(HISTORY_LIMIT as u64 + 10)
+        );
+        assert_eq!(progress.snapshot().checkpoints, HISTORY_LIMIT as u64 + 10);
+    }
     use super::*;
 
     #[test]

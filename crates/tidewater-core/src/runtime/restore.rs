@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
-use tracing::{info, warn};
 
 use super::coordinator::commit_all;
 use super::task::read_source_state;
@@ -17,6 +16,10 @@ use crate::checkpoint::restore_plan::{
     BlobCheck, Decision, ObservedCheckpoint, RestoreFacts, Start, plan_restore,
 };
 use crate::error::{Error, Result};
+use crate::events::{
+    CheckpointFallback, CheckpointRestored, InternalEvent, RestoreChange, SinkReverted,
+    StartedFresh,
+};
 use crate::ids::CheckpointId;
 use crate::sink::Sink;
 use crate::source::Cursor;
@@ -95,11 +98,12 @@ pub(crate) async fn restore(
                         blobs.insert(id, BlobCheck::Whole);
                     }
                     Err(e @ (Error::Corrupt(_) | Error::Storage { .. })) => {
-                        warn!(
-                            checkpoint = id.0,
-                            error = %e,
-                            "checkpoint is unusable; falling back to the one before it"
-                        );
+                        CheckpointFallback {
+                            job: store.job(),
+                            checkpoint: id.0,
+                            error: &e.to_string(),
+                        }
+                        .emit();
                         blobs.insert(id, BlobCheck::Unusable(e.to_string()));
                     }
                     Err(e) => return Err(e),
@@ -108,28 +112,35 @@ pub(crate) async fn restore(
         }
     };
     for note in &plan.notes {
-        info!("{note}");
+        RestoreChange {
+            job: store.job(),
+            note,
+        }
+        .emit();
     }
     for handle in &plan.revert {
         if let Some(sink) = sinks.get(&handle.uid) {
-            warn!(
-                sink = %handle.uid,
-                subtask = handle.subtask,
-                checkpoint = handle.checkpoint.0,
-                "taking back output of a checkpoint that cannot be restored"
-            );
+            SinkReverted {
+                job: store.job(),
+                uid: &handle.uid,
+                subtask: handle.subtask,
+                checkpoint: handle.checkpoint.0,
+            }
+            .emit();
             sink.revert(handle)
                 .await
                 .map_err(|e| e.in_operator(&handle.uid, handle.subtask))?;
         }
     }
-    commit_all(sinks, &plan.commit).await?;
+    commit_all(store.job(), sinks, &plan.commit).await?;
     match plan.start {
         Start::AlreadyComplete(checkpoint) => Ok(RestoreResult::AlreadyComplete(checkpoint)),
         Start::Fresh => {
-            if !plan.fallbacks.is_empty() {
-                warn!("no usable checkpoint: starting from the beginning");
+            StartedFresh {
+                job: store.job(),
+                after_fallbacks: !plan.fallbacks.is_empty(),
             }
+            .emit();
             Ok(RestoreResult::Run(Restored {
                 next_id: plan.next_id,
                 ..Restored::default()
@@ -141,11 +152,12 @@ pub(crate) async fn restore(
                 .ok_or_else(|| Error::Internal(format!("checkpoint {checkpoint} not loaded")))?;
             restored.checkpoint = Some(checkpoint);
             restored.next_id = plan.next_id;
-            info!(
-                checkpoint = checkpoint.0,
-                rows_read = restored.rows_read,
-                "restoring"
-            );
+            CheckpointRestored {
+                job: store.job(),
+                checkpoint: checkpoint.0,
+                rows_read: restored.rows_read,
+            }
+            .emit();
             Ok(RestoreResult::Run(restored))
         }
     }

@@ -14,8 +14,9 @@ use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
+use tidewater_core::events::{FileAlreadyPublished, InternalEvent};
 use tidewater_core::{Error, Result};
-use tracing::{debug, warn};
+use tracing::debug;
 
 /// The smallest part S3 accepts, other than the last.
 pub(crate) const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
@@ -324,13 +325,12 @@ fn publish_once(temporary: &std::path::Path, target: &std::path::Path) -> std::i
             if ours == theirs {
                 debug!(file = %target.display(), "already published by another run; kept");
             } else {
-                warn!(
-                    file = %target.display(),
-                    bytes = theirs,
-                    expected = ours,
-                    "the file was already published by another run with other content; kept \
-                     as it is (is another process running this job with the same state?)"
-                );
+                FileAlreadyPublished {
+                    file: &target.display().to_string(),
+                    bytes: theirs,
+                    expected: ours,
+                }
+                .emit();
             }
         }
         // A file system without hard links: create-only by check, then rename.

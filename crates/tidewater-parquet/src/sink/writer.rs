@@ -7,8 +7,9 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use parquet::errors::ParquetError;
+use tidewater_core::events::{FileFinished, InternalEvent};
 use tidewater_core::{CheckpointId, Error, Result, SinkWriter};
-use tracing::{debug, info};
+use tracing::debug;
 
 use super::encoder::FileEncoder;
 use super::state::{OpenMeta, WriterMeta, WriterState};
@@ -250,7 +251,14 @@ impl ParquetSinkWriter {
         tail.extend(footer);
         self.put_part(seq, &mut parts, tail).await?;
         let name = self.file_name(seq);
-        info!(file = %name, rows, parts = parts.len(), "file finished; visible after the next checkpoint");
+        FileFinished {
+            uid: &self.uid,
+            subtask: self.subtask,
+            file: &name,
+            rows,
+            parts: parts.len(),
+        }
+        .emit();
         self.finished.push(FinishedFile { file: name, parts });
         Ok(())
     }

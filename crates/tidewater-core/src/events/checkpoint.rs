@@ -1,0 +1,100 @@
+//! Checkpoints: started, completed, old ones not deleted, a savepoint asked for.
+
+use std::time::Duration;
+
+use metrics::{counter, histogram};
+use tracing::{debug, info, warn};
+
+use super::InternalEvent;
+use crate::checkpoint::CheckpointKind;
+
+/// The coordinator injected the barriers of a checkpoint.
+#[derive(Debug)]
+pub struct CheckpointStarted<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The checkpoint.
+    pub checkpoint: u64,
+    /// Why it was taken.
+    pub kind: CheckpointKind,
+}
+
+impl InternalEvent for CheckpointStarted<'_> {
+    fn emit(self) {
+        debug!(job = self.job, checkpoint = self.checkpoint, kind = ?self.kind, "checkpoint started");
+        counter!("tidewater_checkpoints_started_total", "job" => self.job.to_string()).increment(1);
+    }
+}
+
+/// A checkpoint's manifest exists and its sink work is committed.
+#[derive(Debug)]
+pub struct CheckpointCompleted<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The checkpoint.
+    pub checkpoint: u64,
+    /// Why it was taken.
+    pub kind: CheckpointKind,
+    /// From the barriers to the last commit.
+    pub duration: Duration,
+    /// Bytes of state written.
+    pub state_bytes: u64,
+    /// Commit handles committed.
+    pub commits: usize,
+    /// Rows the sources had read when it was taken.
+    pub rows_read: u64,
+}
+
+impl InternalEvent for CheckpointCompleted<'_> {
+    fn emit(self) {
+        info!(
+            job = self.job,
+            checkpoint = self.checkpoint,
+            kind = ?self.kind,
+            took_ms = self.duration.as_millis() as u64,
+            state_bytes = self.state_bytes,
+            commits = self.commits,
+            rows_read = self.rows_read,
+            "checkpoint complete"
+        );
+        let kind = format!("{:?}", self.kind).to_lowercase();
+        counter!("tidewater_checkpoints_completed_total", "job" => self.job.to_string(), "kind" => kind)
+            .increment(1);
+        histogram!("tidewater_checkpoint_duration_seconds", "job" => self.job.to_string())
+            .record(self.duration.as_secs_f64());
+        histogram!("tidewater_checkpoint_state_bytes", "job" => self.job.to_string())
+            .record(self.state_bytes as f64);
+    }
+}
+
+/// Checkpoints past the retention count could not be deleted (retried at
+/// the next checkpoint: they cost space, not correctness).
+#[derive(Debug)]
+pub struct RetentionFailed<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// Why.
+    pub error: &'a crate::Error,
+}
+
+impl InternalEvent for RetentionFailed<'_> {
+    fn emit(self) {
+        warn!(job = self.job, error = %self.error, "could not delete old checkpoints");
+        counter!("tidewater_retention_failures_total", "job" => self.job.to_string()).increment(1);
+    }
+}
+
+/// A cancel asked for a savepoint.
+#[derive(Debug)]
+pub struct SavepointRequested<'a> {
+    /// The job.
+    pub job: &'a str,
+}
+
+impl InternalEvent for SavepointRequested<'_> {
+    fn emit(self) {
+        info!(job = self.job, "cancel requested: taking a savepoint");
+        counter!("tidewater_savepoints_requested_total", "job" => self.job.to_string())
+            .increment(1);
+    }
+}

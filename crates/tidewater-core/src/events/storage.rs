@@ -1,0 +1,143 @@
+//! Storage: what the state store and file connectors report.
+
+use metrics::counter;
+use tracing::{info, warn};
+
+use super::InternalEvent;
+
+/// The checkpoint store refused a conditional write; check-then-put is used.
+#[derive(Debug)]
+pub struct StoreWithoutConditionalWrites;
+
+impl InternalEvent for StoreWithoutConditionalWrites {
+    fn emit(self) {
+        warn!(
+            "the checkpoint store has no conditional writes: falling back to check-then-put, \
+             which relies on one worker running the job at a time (see docs/connectors/parquet.md)"
+        );
+    }
+}
+
+/// A file source listed its input.
+#[derive(Debug)]
+pub struct SourcePlanned<'a> {
+    /// The source's kind (e.g. `parquet`).
+    pub kind: &'a str,
+    /// Files found.
+    pub files: usize,
+    /// Splits made of them.
+    pub splits: usize,
+    /// Rows in them, as their metadata says.
+    pub rows: u64,
+}
+
+impl InternalEvent for SourcePlanned<'_> {
+    fn emit(self) {
+        info!(
+            files = self.files,
+            splits = self.splits,
+            rows = self.rows,
+            "{} source planned",
+            self.kind
+        );
+    }
+}
+
+/// Unreadable input was skipped and recorded as a dead letter.
+#[derive(Debug)]
+pub struct InputDeadLettered<'a> {
+    /// The file.
+    pub file: &'a str,
+    /// The row group, when only one was unreadable.
+    pub row_group: Option<usize>,
+    /// Why.
+    pub error: &'a str,
+}
+
+impl InternalEvent for InputDeadLettered<'_> {
+    fn emit(self) {
+        warn!(
+            file = self.file,
+            row_group = self.row_group,
+            error = self.error,
+            "skipping unreadable Parquet data (dead letter)"
+        );
+        counter!("tidewater_input_dead_lettered_total").increment(1);
+    }
+}
+
+/// A sink finished an output file; it becomes visible with the next checkpoint.
+#[derive(Debug)]
+pub struct FileFinished<'a> {
+    /// The sink.
+    pub uid: &'a str,
+    /// The writer.
+    pub subtask: usize,
+    /// The file's name.
+    pub file: &'a str,
+    /// Rows in it.
+    pub rows: u64,
+    /// Parts it was uploaded in.
+    pub parts: usize,
+}
+
+impl InternalEvent for FileFinished<'_> {
+    fn emit(self) {
+        info!(
+            sink = self.uid,
+            subtask = self.subtask,
+            file = self.file,
+            rows = self.rows,
+            parts = self.parts,
+            "file finished; visible after the next checkpoint"
+        );
+        counter!(
+            "tidewater_files_finished_total",
+            "uid" => self.uid.to_string(),
+            "subtask" => self.subtask.to_string()
+        )
+        .increment(1);
+    }
+}
+
+/// A commit found its file already published by another run, with another
+/// size, and kept it.
+#[derive(Debug)]
+pub struct FileAlreadyPublished<'a> {
+    /// The file.
+    pub file: &'a str,
+    /// Its size.
+    pub bytes: u64,
+    /// The size this commit would have published.
+    pub expected: u64,
+}
+
+impl InternalEvent for FileAlreadyPublished<'_> {
+    fn emit(self) {
+        warn!(
+            file = self.file,
+            bytes = self.bytes,
+            expected = self.expected,
+            "the file was already published by another run with other content; kept as it is \
+             (is another process running this job with the same state?)"
+        );
+        counter!("tidewater_files_published_by_another_run_total").increment(1);
+    }
+}
+
+/// A prepared transaction that no completed checkpoint lists was rolled back.
+#[derive(Debug)]
+pub struct PreparedRolledBack<'a> {
+    /// Its global id.
+    pub gid: &'a str,
+}
+
+impl InternalEvent for PreparedRolledBack<'_> {
+    fn emit(self) {
+        warn!(
+            gid = self.gid,
+            "rolling back a prepared transaction no checkpoint completed"
+        );
+        counter!("tidewater_prepared_rolled_back_total").increment(1);
+    }
+}

@@ -1,0 +1,105 @@
+//! How a job runs: where its state lives, when it checkpoints, how it restarts.
+
+use std::time::Duration;
+
+use crate::checkpoint::restore::RestoreOptions;
+use crate::error::Result;
+use crate::store_url::{StoreLocation, open_location};
+
+/// How a job runs: where its state lives and when it checkpoints.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use tidewater_core::JobConfig;
+///
+/// let config = JobConfig::new("memory://")
+///     .unwrap()
+///     .checkpoint_interval(Some(Duration::from_secs(10)))
+///     .retain(3);
+/// assert_eq!(config.interval(), Some(Duration::from_secs(10)));
+/// ```
+#[derive(Debug, Clone)]
+pub struct JobConfig {
+    pub(crate) state: StoreLocation,
+    pub(crate) interval: Option<Duration>,
+    pub(crate) every_rows: Option<u64>,
+    pub(crate) retain: usize,
+    pub(crate) channel_capacity: usize,
+    pub(crate) restore: RestoreOptions,
+    pub(crate) max_restarts: u32,
+    pub(crate) restart_backoff: Duration,
+}
+
+impl JobConfig {
+    /// State under `location`: a local folder, `file://` or `memory://` URL.
+    /// Defaults: a checkpoint every 10 s, the last 3 kept.
+    pub fn new(location: &str) -> Result<Self> {
+        Ok(Self::with_location(open_location(location)?))
+    }
+
+    /// State in an already opened store.
+    pub fn with_location(state: StoreLocation) -> Self {
+        JobConfig {
+            state,
+            interval: Some(Duration::from_secs(10)),
+            every_rows: None,
+            retain: 3,
+            channel_capacity: 4,
+            restore: RestoreOptions::default(),
+            max_restarts: 3,
+            restart_backoff: Duration::from_secs(1),
+        }
+    }
+
+    /// Time between checkpoints; `None` turns periodic checkpoints off (a
+    /// final checkpoint and savepoints are still taken).
+    pub fn checkpoint_interval(mut self, interval: Option<Duration>) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// Also checkpoint after this many rows read since the last trigger.
+    pub fn checkpoint_every_rows(mut self, rows: Option<u64>) -> Self {
+        self.every_rows = rows.filter(|r| *r > 0);
+        self
+    }
+
+    /// How many completed checkpoints to keep (at least 1; default 3).
+    pub fn retain(mut self, checkpoints: usize) -> Self {
+        self.retain = checkpoints.max(1);
+        self
+    }
+
+    /// Batches buffered per channel (default 4): the backpressure window.
+    pub fn channel_capacity(mut self, batches: usize) -> Self {
+        self.channel_capacity = batches.max(1);
+        self
+    }
+
+    /// How often the job restarts itself from its last checkpoint after a
+    /// retryable error (default 3; 0 fails at once). Waits `backoff`, doubling
+    /// each time (default 1 s).
+    pub fn restarts(mut self, max: u32, backoff: Duration) -> Self {
+        self.max_restarts = max;
+        self.restart_backoff = backoff;
+        self
+    }
+
+    /// Which pipeline changes a restore accepts.
+    pub fn restore_options(mut self, options: RestoreOptions) -> Self {
+        self.restore = options;
+        self
+    }
+
+    /// The periodic interval.
+    pub fn interval(&self) -> Option<Duration> {
+        self.interval
+    }
+
+    /// Where state lives.
+    pub fn state_location(&self) -> &StoreLocation {
+        &self.state
+    }
+}

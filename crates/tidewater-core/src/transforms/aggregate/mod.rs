@@ -1,0 +1,18 @@
+//! Keyed aggregation: count, sum, min and max per key, vectorised over Arrow arrays.
+//!
+//! Rows are mapped to dense group numbers (`group_index.rs`), then a
+//! null-free batch updates every accumulator of a row in one pass
+//! (`row_update.rs`); a batch with nulls runs one tight
+//! loop per accumulator over its input column. Both write into a row-wise
+//! table of every group's values (`accumulator_table.rs`). The state batch
+//! is the output batch itself (keys, then one column per aggregate), so a
+//! snapshot is a copy of the accumulator columns and a restore re-inserts the keys.
+
+mod accumulator;
+mod operator;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+pub use operator::AggregateOperator;
+pub use spec::{AggregateExpr, AggregateFunction, AggregateSpec};

@@ -1,0 +1,420 @@
+//! The keyed aggregation operator and its state: groups, their accumulators,
+//! and the batch a checkpoint stores (keys, then one column per aggregate).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array};
+use arrow::compute::{cast, is_not_null};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+
+use super::super::accumulator_table::AccumulatorTable;
+use super::super::group_index::GroupIndex;
+use super::super::row_update::{RowOp, update_rows};
+use super::super::spare_columns::SpareColumns;
+use super::accumulator::*;
+use super::spec::{AggregateExpr, AggregateFunction, AggregateSpec};
+use crate::error::{Error, Result};
+use crate::operator::{Collector, Operator};
+
+/// Rows per batch emitted at the end of input.
+const OUTPUT_BATCH_ROWS: usize = 65_536;
+
+/// Where the inputs sit in the incoming batches, fixed by the first batch.
+struct Layout {
+    key_indices: Vec<usize>,
+    input_indices: Vec<Option<usize>>,
+    /// What each input column is cast to before accumulation.
+    input_types: Vec<Option<DataType>>,
+}
+
+/// The partial aggregates: what a checkpoint stores.
+struct Groups {
+    index: GroupIndex,
+    accumulators: Vec<Accumulator>,
+    table: AccumulatorTable,
+    schema: SchemaRef,
+}
+
+impl Groups {
+    fn new(index: GroupIndex, accumulators: Vec<Accumulator>, schema: SchemaRef) -> Self {
+        let identities: Vec<u64> = accumulators.iter().map(Accumulator::identity).collect();
+        Groups {
+            index,
+            table: AccumulatorTable::new(&identities),
+            accumulators,
+            schema,
+        }
+    }
+}
+
+/// The keyed aggregation operator (see [`KeyedStream::aggregate`](crate::KeyedStream::aggregate)).
+pub struct AggregateOperator {
+    keys: Vec<String>,
+    spec: Arc<AggregateSpec>,
+    /// The input holds partial aggregates (one column per output, named as
+    /// it) from local pre-aggregations, not raw rows.
+    merge: bool,
+    layout: Option<Layout>,
+    groups: Option<Groups>,
+    scratch: Vec<u32>,
+    /// Output column memory kept across snapshots.
+    spare: SpareColumns,
+}
+
+impl AggregateOperator {
+    /// An aggregation of `spec` grouped by the `keys` columns.
+    pub fn new(keys: Vec<String>, spec: Arc<AggregateSpec>) -> Result<Self> {
+        if keys.is_empty() {
+            return Err(Error::InvalidPipeline(
+                "key_by needs at least one key column".into(),
+            ));
+        }
+        if spec.exprs().is_empty() {
+            return Err(Error::InvalidPipeline(
+                "aggregate needs at least one aggregate".into(),
+            ));
+        }
+        Ok(AggregateOperator {
+            keys,
+            spec,
+            merge: false,
+            layout: None,
+            groups: None,
+            scratch: Vec::new(),
+            spare: SpareColumns::default(),
+        })
+    }
+
+    /// The aggregation that merges the partial aggregates of `spec` that
+    /// [`LocalAggregateOperator`](super::local_aggregate::LocalAggregateOperator)s emit.
+    /// Its output and its state are the same as the one-phase aggregation's.
+    pub(crate) fn merging(keys: Vec<String>, spec: Arc<AggregateSpec>) -> Result<Self> {
+        let mut operator = Self::new(keys, spec)?;
+        operator.merge = true;
+        Ok(operator)
+    }
+
+    /// What `expr` accumulates: its function and the column it reads.
+    /// Merging partials, a count is the sum of the partial counts.
+    fn accumulated<'a>(&self, expr: &'a AggregateExpr) -> (AggregateFunction, Option<&'a str>) {
+        if !self.merge {
+            return (expr.function, expr.column.as_deref());
+        }
+        let function = match expr.function {
+            AggregateFunction::Count => AggregateFunction::Sum,
+            other => other,
+        };
+        (function, Some(&expr.output))
+    }
+
+    /// How many groups the operator holds.
+    pub(crate) fn group_count(&self) -> usize {
+        self.groups.as_ref().map_or(0, |g| g.index.len())
+    }
+
+    /// The memory the groups take, roughly: key index, accumulator words
+    /// and a byte per group for each null-tracking accumulator.
+    pub(crate) fn approx_bytes(&self) -> usize {
+        self.groups.as_ref().map_or(0, |g| {
+            let tracked = g
+                .accumulators
+                .iter()
+                .filter(|a| matches!(a, Accumulator::Int(_) | Accumulator::Float(_)))
+                .count();
+            g.index.approx_bytes() + g.table.bytes() + tracked * g.index.len()
+        })
+    }
+
+    /// Raw rows as partial aggregates of one row each, in the output's
+    /// schema: what [`emit_and_clear`](Self::emit_and_clear) would emit if
+    /// every row had a key of its own.
+    pub(crate) fn partial_rows(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
+        if self.layout.is_none() || self.groups.is_none() {
+            let (layout, groups) = self.bind(&batch.schema())?;
+            self.layout = Some(layout);
+            self.groups = Some(groups);
+        }
+        let layout = self.layout.as_ref().expect("bound above");
+        let schema = self.groups.as_ref().expect("bound above").schema.clone();
+        let mut columns: Vec<ArrayRef> = layout
+            .key_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        for (index, cast_to) in layout.input_indices.iter().zip(&layout.input_types) {
+            columns.push(match (index, cast_to) {
+                (None, _) => Arc::new(Int64Array::from_value(1, batch.num_rows())),
+                // A count of values: 1 where there is one.
+                (Some(i), None) => cast(&is_not_null(batch.column(*i))?, &DataType::Int64)?,
+                (Some(i), Some(to)) => cast(batch.column(*i), to)?,
+            });
+        }
+        Ok(RecordBatch::try_new(schema, columns)?)
+    }
+
+    /// Emits every group and starts again from none.
+    pub(crate) fn emit_and_clear(&mut self, out: &mut Collector) -> Result<()> {
+        self.finish(out)?;
+        self.groups = None;
+        self.layout = None;
+        Ok(())
+    }
+
+    fn bind(&self, input: &Schema) -> Result<(Layout, Groups)> {
+        let index_of = |name: &str| {
+            input.index_of(name).map_err(|_| {
+                Error::BadInput(format!(
+                    "aggregate: column '{name}' is not in the input (columns: {})",
+                    field_names(input)
+                ))
+            })
+        };
+        let key_indices = self
+            .keys
+            .iter()
+            .map(|k| index_of(k))
+            .collect::<Result<Vec<_>>>()?;
+        let mut fields: Vec<Field> = key_indices
+            .iter()
+            .map(|i| input.field(*i).clone().with_nullable(true))
+            .collect();
+        let mut input_indices = Vec::new();
+        let mut input_types = Vec::new();
+        let mut accumulators = Vec::new();
+        for expr in self.spec.exprs() {
+            let (function, column) = self.accumulated(expr);
+            let index = column.map(index_of).transpose()?;
+            let source_type = index.map(|i| input.field(i).data_type().clone());
+            let slot = accumulators.len();
+            // Integers aggregate as Int64, floats as Float64; count takes any column.
+            let cast_to = match (function, &source_type) {
+                (AggregateFunction::Count, _) => None,
+                (_, Some(t)) if t.is_integer() => Some(DataType::Int64),
+                (_, Some(t)) if t.is_floating() => Some(DataType::Float64),
+                (function, Some(t)) => {
+                    return Err(Error::BadInput(format!(
+                        "aggregate '{}': {function:?} needs an integer or floating-point column, \
+                         '{}' is {t}",
+                        expr.output,
+                        column.unwrap_or_default()
+                    )));
+                }
+                (function, None) => {
+                    return Err(Error::InvalidPipeline(format!(
+                        "aggregate '{}': {function:?} needs an input column",
+                        expr.output
+                    )));
+                }
+            };
+            let accumulator = Accumulator::for_type(
+                function,
+                index.is_some(),
+                cast_to.as_ref().unwrap_or(&DataType::Int64),
+                slot,
+            )
+            .ok_or_else(|| Error::Internal(format!("no accumulator for '{}'", expr.output)))?;
+            let nullable = !matches!(expr.function, AggregateFunction::Count);
+            fields.push(Field::new(
+                &expr.output,
+                accumulator.output_type(),
+                nullable,
+            ));
+            input_indices.push(index);
+            input_types.push(cast_to);
+            accumulators.push(accumulator);
+        }
+        let key_types: Vec<DataType> = key_indices
+            .iter()
+            .map(|i| input.field(*i).data_type().clone())
+            .collect();
+        let layout = Layout {
+            key_indices,
+            input_indices,
+            input_types,
+        };
+        let groups = Groups::new(
+            GroupIndex::new(&key_types)?,
+            accumulators,
+            Arc::new(Schema::new(fields)),
+        );
+        Ok((layout, groups))
+    }
+
+    /// Every group as one batch: keys, then one column per aggregate.
+    pub(super) fn output(&mut self) -> Result<Option<RecordBatch>> {
+        let Some(groups) = &self.groups else {
+            return Ok(None);
+        };
+        let spare = &mut self.spare;
+        spare.reclaim();
+        let n = groups.index.len();
+        let mut columns = groups.index.key_columns(spare)?;
+        let mut words: Vec<Vec<u64>> = groups.accumulators.iter().map(|_| spare.take(n)).collect();
+        groups.table.columns_into(&mut words);
+        for (accumulator, words) in groups.accumulators.iter().zip(words) {
+            columns.push(accumulator.to_array(spare.lend(words), n));
+        }
+        Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
+    }
+}
+
+impl Operator for AggregateOperator {
+    fn kind(&self) -> &str {
+        "aggregate"
+    }
+
+    fn state_version(&self) -> Option<u32> {
+        Some(1)
+    }
+
+    fn process(&mut self, batch: RecordBatch, _out: &mut Collector) -> Result<()> {
+        if self.layout.is_none() {
+            let (layout, fresh) = self.bind(&batch.schema())?;
+            match &self.groups {
+                None => self.groups = Some(fresh),
+                Some(restored) => check_same_types(&restored.schema, &fresh.schema)?,
+            }
+            self.layout = Some(layout);
+        }
+        let layout = self.layout.as_ref().expect("bound above");
+        let groups = self.groups.as_mut().expect("bound above");
+        let keys: Vec<ArrayRef> = layout
+            .key_indices
+            .iter()
+            .map(|i| batch.column(*i).clone())
+            .collect();
+        groups.index.assign(&keys, &mut self.scratch)?;
+        let n_groups = groups.index.len();
+        groups.table.resize(n_groups);
+        let mut inputs = Vec::with_capacity(groups.accumulators.len());
+        for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
+            accumulator.resize(n_groups);
+            inputs.push(match (layout.input_indices[i], &layout.input_types[i]) {
+                (Some(index), Some(to)) if batch.column(index).data_type() != to => {
+                    Some(cast(batch.column(index), to)?)
+                }
+                (Some(index), _) => Some(batch.column(index).clone()),
+                (None, _) => None,
+            });
+        }
+        let exprs = self.spec.exprs();
+        let ops: Option<Vec<RowOp<'_>>> = groups
+            .accumulators
+            .iter()
+            .zip(&inputs)
+            .zip(exprs.iter())
+            .map(|((a, input), expr)| a.row_op(input.as_ref(), &expr.output))
+            .collect();
+        if let Some(ops) = ops {
+            let (cells, shift) = groups.table.cells();
+            update_rows(cells, shift, &self.scratch, &ops)?;
+            groups
+                .accumulators
+                .iter_mut()
+                .for_each(Accumulator::mark_fresh_seen);
+            return Ok(());
+        }
+        for ((accumulator, input), expr) in groups
+            .accumulators
+            .iter_mut()
+            .zip(&inputs)
+            .zip(exprs.iter())
+        {
+            accumulator.update(
+                &mut groups.table,
+                &self.scratch,
+                input.as_ref(),
+                &expr.output,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Collector) -> Result<()> {
+        if let Some(batch) = self.output()? {
+            let mut offset = 0;
+            while offset < batch.num_rows() {
+                let len = OUTPUT_BATCH_ROWS.min(batch.num_rows() - offset);
+                out.emit(batch.slice(offset, len));
+                offset += len;
+            }
+        }
+        Ok(())
+    }
+
+    fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        self.output()
+    }
+
+    fn restore(&mut self, state: RecordBatch) -> Result<()> {
+        // The state's schema stands in for the input's until the first batch:
+        // keys keep their types, and each aggregate's type picks its accumulator.
+        let schema = state.schema();
+        let n_keys = self.keys.len();
+        if schema.fields().len() != n_keys + self.spec.exprs().len() {
+            return Err(Error::Corrupt(format!(
+                "aggregate state has {} columns, the aggregation needs {}",
+                schema.fields().len(),
+                n_keys + self.spec.exprs().len()
+            )));
+        }
+        let key_types: Vec<DataType> = (0..n_keys)
+            .map(|i| schema.field(i).data_type().clone())
+            .collect();
+        let mut index = GroupIndex::new(&key_types)?;
+        index.assign(&state.columns()[..n_keys], &mut self.scratch)?;
+        if index.len() != state.num_rows() {
+            return Err(Error::Corrupt("aggregate state holds a key twice".into()));
+        }
+        let mut accumulators = Vec::new();
+        for (i, expr) in self.spec.exprs().iter().enumerate() {
+            let state_type = schema.field(n_keys + i).data_type();
+            let (function, column) = self.accumulated(expr);
+            let accumulator = Accumulator::for_type(function, column.is_some(), state_type, i)
+                .ok_or_else(|| {
+                    Error::Corrupt(format!(
+                        "aggregate state column '{}' has type {state_type}",
+                        expr.output
+                    ))
+                })?;
+            accumulators.push(accumulator);
+        }
+        let mut groups = Groups::new(index, accumulators, schema);
+        groups.table.resize(state.num_rows());
+        for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
+            accumulator.restore(&mut groups.table, state.column(n_keys + i))?;
+        }
+        self.layout = None;
+        self.groups = Some(groups);
+        Ok(())
+    }
+}
+
+fn check_same_types(restored: &Schema, now: &Schema) -> Result<()> {
+    let types = |s: &Schema| {
+        s.fields()
+            .iter()
+            .map(|f| f.data_type().clone())
+            .collect::<Vec<_>>()
+    };
+    if types(restored) == types(now) {
+        Ok(())
+    } else {
+        Err(Error::BadInput(format!(
+            "aggregate: the input's types changed since the checkpoint: state columns were \
+             [{}], the input now gives [{}]; restore with the original input or start over",
+            field_names(restored),
+            field_names(now)
+        )))
+    }
+}
+
+fn field_names(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,211 @@
+//! The aggregation operator against a plain fold of its input.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, Float64Array, Int64Array, PrimitiveArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Float64Type, Int64Type, Schema};
+
+use super::*;
+use crate::operator::{Collector, Operator};
+
+fn batch(keys: Vec<i64>, values: Vec<Option<f64>>) -> RecordBatch {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Float64, true),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(keys)),
+            Arc::new(Float64Array::from(values)),
+        ],
+    )
+    .unwrap()
+}
+
+/// (key, sum, max) per group, `None` where a group saw only nulls.
+fn groups(op: &mut AggregateOperator) -> Vec<(i64, Option<f64>, Option<f64>)> {
+    let out = op.output().unwrap().unwrap();
+    let k = out.column(0).as_primitive::<Int64Type>();
+    let sum = out.column(1).as_primitive::<Float64Type>();
+    let max = out.column(2).as_primitive::<Float64Type>();
+    let mut rows: Vec<_> = (0..out.num_rows())
+        .map(|i| {
+            let get = |a: &PrimitiveArray<Float64Type>| a.is_valid(i).then(|| a.value(i));
+            (k.value(i), get(sum), get(max))
+        })
+        .collect();
+    rows.sort_by_key(|r| r.0);
+    rows
+}
+
+#[test]
+fn groups_with_only_nulls_stay_null_across_batches_with_and_without_nulls() {
+    let spec = Arc::new(AggregateSpec::new().sum("v", "sum_v").max("v", "max_v"));
+    let mut op = AggregateOperator::new(vec!["k".into()], spec).unwrap();
+    let mut out = Collector::default();
+    // Key 2 sees only a null; keys 1 and 3 see values.
+    op.process(batch(vec![1, 2], vec![Some(1.0), None]), &mut out)
+        .unwrap();
+    // No nulls; key 3 is new, key 2 is not touched.
+    op.process(batch(vec![1, 3], vec![Some(2.0), Some(5.0)]), &mut out)
+        .unwrap();
+    assert_eq!(
+        groups(&mut op),
+        vec![
+            (1, Some(3.0), Some(2.0)),
+            (2, None, None),
+            (3, Some(5.0), Some(5.0))
+        ]
+    );
+    // Now key 2 gets a value, in a batch without nulls.
+    op.process(batch(vec![2, 4], vec![Some(-1.0), Some(0.5)]), &mut out)
+        .unwrap();
+    assert_eq!(groups(&mut op)[1], (2, Some(-1.0), Some(-1.0)));
+    // Restored state keeps the null group null.
+    let mut restored = AggregateOperator::new(
+        vec!["k".into()],
+        Arc::new(AggregateSpec::new().sum("v", "sum_v").max("v", "max_v")),
+    )
+    .unwrap();
+    let mut first = AggregateOperator::new(
+        vec!["k".into()],
+        Arc::new(AggregateSpec::new().sum("v", "sum_v").max("v", "max_v")),
+    )
+    .unwrap();
+    first.process(batch(vec![7], vec![None]), &mut out).unwrap();
+    restored
+        .restore(first.snapshot().unwrap().unwrap())
+        .unwrap();
+    restored
+        .process(batch(vec![8], vec![Some(1.0)]), &mut out)
+        .unwrap();
+    assert_eq!(
+        groups(&mut restored),
+        vec![(7, None, None), (8, Some(1.0), Some(1.0))]
+    );
+}
+
+#[test]
+fn every_function_matches_a_plain_fold_across_one_pass_and_per_column_batches() {
+    let spec = AggregateSpec::new()
+        .count("n")
+        .sum("i", "sum_i")
+        .min("i", "min_i")
+        .max("i", "max_i")
+        .sum("f", "sum_f")
+        .min("f", "min_f")
+        .max("f", "max_f")
+        .count_values("f", "n_f");
+    let mut op = AggregateOperator::new(vec!["k".into()], Arc::new(spec)).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("i", DataType::Int64, true),
+        Field::new("f", DataType::Float64, true),
+    ]));
+    // (key, i, f) rows; the second batch has a null, so it takes the
+    // per-column loops while the others take the one-pass loop.
+    let batches: Vec<Vec<(i64, i64, Option<f64>)>> = vec![
+        (0..500)
+            .map(|r| (r % 37, r * 7 - 1000, Some(r as f64 / 3.0)))
+            .collect(),
+        (0..300)
+            .map(|r| (r % 53, 5 - r, (r != 10).then_some(-(r as f64))))
+            .collect(),
+        (0..400)
+            .map(|r| (r % 41, r * r, Some(r as f64 * 1.5)))
+            .collect(),
+    ];
+    let mut expected = std::collections::BTreeMap::new();
+    let mut out = Collector::default();
+    for rows in &batches {
+        for &(k, i, f) in rows {
+            let e = expected.entry(k).or_insert((
+                0i64,
+                0i64,
+                i64::MAX,
+                i64::MIN,
+                0.0f64,
+                f64::MAX,
+                f64::MIN,
+                0i64,
+            ));
+            e.0 += 1;
+            e.1 += i;
+            e.2 = e.2.min(i);
+            e.3 = e.3.max(i);
+            if let Some(f) = f {
+                e.4 += f;
+                e.5 = e.5.min(f);
+                e.6 = e.6.max(f);
+                e.7 += 1;
+            }
+        }
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(Float64Array::from_iter(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .unwrap();
+        op.process(batch, &mut out).unwrap();
+    }
+    let state = op.output().unwrap().unwrap();
+    let int = |c: usize, row: usize| state.column(c).as_primitive::<Int64Type>().value(row);
+    let float = |c: usize, row: usize| state.column(c).as_primitive::<Float64Type>().value(row);
+    assert_eq!(state.num_rows(), expected.len());
+    for row in 0..state.num_rows() {
+        let e = expected[&int(0, row)];
+        assert_eq!(
+            (
+                int(1, row),
+                int(2, row),
+                int(3, row),
+                int(4, row),
+                int(8, row)
+            ),
+            (e.0, e.1, e.2, e.3, e.7)
+        );
+        assert!(
+            (float(5, row) - e.4).abs() < 1e-9,
+            "sum_f of key {}",
+            int(0, row)
+        );
+        assert_eq!((float(6, row), float(7, row)), (e.5, e.6));
+    }
+}
+
+#[test]
+fn an_overflowing_int_sum_is_named_in_either_loop() {
+    for with_null in [false, true] {
+        let spec = Arc::new(AggregateSpec::new().sum("i", "total"));
+        let mut op = AggregateOperator::new(vec!["k".into()], spec).unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Int64, false),
+            Field::new("i", DataType::Int64, true),
+        ]));
+        // A null sends the batch down the per-column loops.
+        let values = if with_null {
+            vec![Some(i64::MAX), None, Some(1)]
+        } else {
+            vec![Some(i64::MAX), Some(1)]
+        };
+        let keys = vec![1; values.len()];
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from(keys)),
+                Arc::new(Int64Array::from(values)),
+            ],
+        )
+        .unwrap();
+        let err = op.process(batch, &mut Collector::default()).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("sum into 'total' overflowed Int64"),
+            "with_null {with_null}: {err}"
+        );
+    }
+}
