@@ -373,3 +373,136 @@ fn invalid_pipelines_are_refused_before_running() {
             .contains("is not valid")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_feeds_two_branches_and_a_union_reads_two_sources() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Pipeline>();
+    assert_send::<tidewater::Stream>();
+
+    let location = open_location("memory://").unwrap();
+    let (copies, counts) = (MemorySink::default(), MemorySink::default());
+    let (rows_a, rows_b, keys) = (50_000u64, 30_000u64, 100u64);
+    let pipeline = Pipeline::new("branches").with_parallelism(2);
+    let a = pipeline.source("a", GeneratorSource::new(rows_a, keys));
+    let b = pipeline.source("b", GeneratorSource::new(rows_b, keys));
+    let both = a.union([b]);
+    // Fan-out: every batch of the union goes to both branches.
+    both.clone().sink("copies", copies.clone());
+    both.key_by(["k"])
+        .aggregate("counts", AggregateSpec::new().count("n"))
+        .sink("count-sink", counts.clone());
+    // Declared here, built on another thread.
+    let job = std::thread::spawn(move || pipeline.build())
+        .join()
+        .unwrap()
+        .unwrap();
+    let outcome = job.run(memory_config(&location, 20)).await.unwrap();
+    assert!(matches!(outcome, Outcome::Completed(_)), "{outcome:?}");
+
+    let mut ids: Vec<i64> = copies
+        .committed()
+        .iter()
+        .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+        .collect();
+    ids.sort_unstable();
+    let mut expected: Vec<i64> = (0..rows_a as i64).chain(0..rows_b as i64).collect();
+    expected.sort_unstable();
+    assert!(
+        ids == expected,
+        "the copy branch did not get each row of both sources once"
+    );
+
+    let mut want: HashMap<i64, i64> = HashMap::new();
+    for i in (0..rows_a).chain(0..rows_b) {
+        *want.entry((splitmix64(i) % keys) as i64).or_default() += 1;
+    }
+    let mut got: HashMap<i64, i64> = HashMap::new();
+    for batch in counts.committed() {
+        let k = batch.column(0).as_primitive::<Int64Type>();
+        let n = batch.column(1).as_primitive::<Int64Type>();
+        for row in 0..batch.num_rows() {
+            assert!(
+                got.insert(k.value(row), n.value(row)).is_none(),
+                "key twice"
+            );
+        }
+    }
+    assert_eq!(got, want, "counts per key over the union");
+}
+
+/// A source of no rows with any schema: only its schema matters here.
+struct NoRows(Arc<Schema>);
+
+#[async_trait]
+impl tidewater::Source for NoRows {
+    fn kind(&self) -> &str {
+        "no-rows"
+    }
+    fn schema(&self) -> arrow::datatypes::SchemaRef {
+        self.0.clone()
+    }
+    async fn splits(&self) -> Result<Vec<tidewater::Split>> {
+        Ok(Vec::new())
+    }
+    async fn open(
+        &self,
+        split: &tidewater::Split,
+        _cursor: Option<&tidewater::Cursor>,
+    ) -> Result<Box<dyn tidewater::SplitReader>> {
+        Err(Error::Internal(format!("no split {} to open", split.id)))
+    }
+}
+
+#[test]
+fn columns_are_checked_when_the_pipeline_is_built() {
+    let refused = |pipeline: Pipeline| pipeline.build().unwrap_err().to_string();
+
+    let missing_key = Pipeline::new("keys");
+    missing_key
+        .source("gen", GeneratorSource::new(10, 1))
+        .key_by(["nope"])
+        .aggregate("agg", AggregateSpec::new().count("n"))
+        .sink("out", MemorySink::default());
+    let message = refused(missing_key);
+    assert!(message.contains("no column 'nope'"), "{message}");
+    assert!(message.contains("after 'gen'"), "{message}");
+    assert!(
+        message.contains("id: Int64"),
+        "lists the columns: {message}"
+    );
+
+    let missing_input = Pipeline::new("inputs");
+    missing_input
+        .source("gen", GeneratorSource::new(10, 1))
+        .key_by(["k"])
+        .aggregate("agg", AggregateSpec::new().sum("nope", "total"))
+        .sink("out", MemorySink::default());
+    let message = refused(missing_input);
+    assert!(message.contains("aggregate 'agg'"), "{message}");
+    assert!(message.contains("column 'nope'"), "{message}");
+
+    let unhashable = Pipeline::new("types");
+    let list = Arc::new(Schema::new(vec![Field::new(
+        "tags",
+        DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+        true,
+    )]));
+    unhashable
+        .source("lists", NoRows(list))
+        .key_by(["tags"])
+        .aggregate("agg", AggregateSpec::new().count("n"))
+        .sink("out", MemorySink::default());
+    let message = refused(unhashable);
+    assert!(message.contains("column 'tags'"), "{message}");
+    assert!(message.contains("cannot be hashed"), "{message}");
+
+    let mixed = Pipeline::new("mixed");
+    let other = Arc::new(Schema::new(vec![Field::new("x", DataType::Utf8, false)]));
+    let a = mixed.source("gen", GeneratorSource::new(10, 1));
+    let b = mixed.source("strings", NoRows(other));
+    a.union([b]).sink("out", MemorySink::default());
+    let message = refused(mixed);
+    assert!(message.contains("union of 'gen', 'strings'"), "{message}");
+    assert!(message.contains("schemas differ"), "{message}");
+}

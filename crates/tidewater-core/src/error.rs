@@ -186,3 +186,13 @@ impl Error {
         }
     }
 }
+
+/// `name: type, ...` of a schema's columns, for messages that list them.
+pub(crate) fn field_list(schema: &arrow::datatypes::Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

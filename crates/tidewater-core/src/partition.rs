@@ -183,6 +183,33 @@ where
     }
 }
 
+/// Whether rows can be partitioned by a column of `data_type`.
+pub fn can_partition_by(data_type: &DataType) -> bool {
+    matches!(
+        data_type,
+        DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::Int64
+            | DataType::UInt8
+            | DataType::UInt16
+            | DataType::UInt32
+            | DataType::UInt64
+            | DataType::Float32
+            | DataType::Float64
+            | DataType::Date32
+            | DataType::Date64
+            | DataType::Timestamp(_, _)
+            | DataType::Utf8
+            | DataType::LargeUtf8
+            | DataType::Utf8View
+            | DataType::Binary
+            | DataType::LargeBinary
+            | DataType::BinaryView
+            | DataType::Boolean
+    )
+}
+
 /// Fills `hashes` with one hash per row over `columns`, as the module
 /// documentation specifies.
 pub fn hash_columns(columns: &[&ArrayRef], hashes: &mut Vec<u64>) -> Result<()> {

@@ -47,9 +47,34 @@ pub(crate) struct Node {
     pub inputs: Vec<Edge>,
     /// Consulted before each fetch (sources only).
     pub throttles: Vec<Arc<dyn crate::throttle::Throttle>>,
+    /// The schema of its output, where the builder knows it (sources, filters).
+    pub schema: Option<arrow::datatypes::SchemaRef>,
+    /// Mistakes found while declaring (a missing key column, a union of
+    /// different schemas), reported by `build` with the first one.
+    pub problems: Vec<String>,
 }
 
 impl Node {
+    /// A node with nothing set but what it is, what it reads and its schema.
+    pub fn new(
+        uid: String,
+        body: NodeBody,
+        inputs: Vec<Edge>,
+        schema: Option<arrow::datatypes::SchemaRef>,
+    ) -> Self {
+        Node {
+            uid,
+            body,
+            parallelism: None,
+            parallelism_of: None,
+            single_subtask_form: None,
+            inputs,
+            throttles: Vec::new(),
+            schema,
+            problems: Vec::new(),
+        }
+    }
+
     /// What the planner needs to know of it.
     pub fn shape(&self) -> NodeShape {
         NodeShape {

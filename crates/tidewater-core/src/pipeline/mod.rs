@@ -3,11 +3,10 @@
 pub(crate) mod graph;
 pub(crate) mod plan;
 
-use std::cell::RefCell;
-use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use arrow::array::BooleanArray;
+use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 
 pub use graph::Partitioning;
@@ -35,10 +34,24 @@ use crate::transforms::stateless::{FilterOperator, FlatMapOperator, MapOperator}
 ///     .aggregate("per-key", AggregateSpec::new().count("count").sum("v", "sum_v"));
 /// // ... then `.sink(uid, sink)`, `pipeline.build()?` and `job.run(config).await?`.
 /// ```
+///
+/// A stream can feed several operators (clone it), and an operator can read
+/// several streams of one schema ([`Stream::union`]). The pipeline and its
+/// streams are `Send`: a pipeline can be declared on one thread and built on
+/// another.
 pub struct Pipeline {
     name: String,
     default_parallelism: usize,
-    graph: Rc<RefCell<Vec<Node>>>,
+    graph: Graph,
+}
+
+/// The graph being declared, shared by the pipeline and its streams.
+type Graph = Arc<Mutex<Vec<Node>>>;
+
+fn lock(graph: &Graph) -> MutexGuard<'_, Vec<Node>> {
+    // Nodes are only pushed or have a field set under the lock: a panic
+    // elsewhere leaves the graph usable.
+    graph.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Pipeline {
@@ -47,7 +60,7 @@ impl Pipeline {
         Pipeline {
             name: name.into(),
             default_parallelism: 1,
-            graph: Rc::default(),
+            graph: Graph::default(),
         }
     }
 
@@ -59,30 +72,24 @@ impl Pipeline {
 
     /// Adds a source.
     pub fn source(&self, uid: impl Into<String>, source: impl Source) -> Stream {
-        self.add(uid.into(), NodeBody::Source(Arc::new(source)), vec![])
-    }
-
-    fn add(&self, uid: String, body: NodeBody, inputs: Vec<Edge>) -> Stream {
-        let mut graph = self.graph.borrow_mut();
-        graph.push(Node {
-            uid,
-            body,
-            parallelism: None,
-            parallelism_of: None,
-            single_subtask_form: None,
-            inputs,
-            throttles: Vec::new(),
-        });
+        let schema = Some(source.schema());
+        let mut graph = lock(&self.graph);
+        graph.push(Node::new(
+            uid.into(),
+            NodeBody::Source(Arc::new(source)),
+            Vec::new(),
+            schema,
+        ));
         Stream {
             graph: self.graph.clone(),
-            node: graph.len() - 1,
+            producers: vec![graph.len() - 1],
             next_partitioning: Partitioning::Forward,
         }
     }
 
     /// Validates the pipeline and freezes it into a runnable [`Job`](crate::Job).
     pub fn build(self) -> Result<crate::Job> {
-        let nodes = Rc::try_unwrap(self.graph)
+        let nodes = Arc::try_unwrap(self.graph)
             .map_err(|_| {
                 Error::InvalidPipeline(
                     "build() was called while a handle of this pipeline is still \
@@ -90,7 +97,8 @@ impl Pipeline {
                         .into(),
                 )
             })?
-            .into_inner();
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
         if self.name.is_empty() || self.name.contains('/') {
             return Err(Error::InvalidPipeline(format!(
                 "job name '{}' must be non-empty and contain no '/'",
@@ -119,6 +127,9 @@ impl Pipeline {
                     node.uid
                 )));
             }
+            if let Some(problem) = node.problems.first() {
+                return Err(Error::InvalidPipeline(problem.clone()));
+            }
             if node.parallelism == Some(0) {
                 return Err(Error::InvalidPipeline(format!(
                     "operator '{}': parallelism must be at least 1",
@@ -144,27 +155,85 @@ impl Pipeline {
     }
 }
 
-/// A stream of record batches: the output of one operator.
+/// A stream of record batches: the output of one operator (or, after
+/// [`union`](Stream::union), of several). Clone it to feed several operators:
+/// each receives every batch.
+#[derive(Clone)]
 pub struct Stream {
-    graph: Rc<RefCell<Vec<Node>>>,
-    node: usize,
+    graph: Graph,
+    /// The operators whose output this is.
+    producers: Vec<usize>,
     next_partitioning: Partitioning,
 }
 
 impl Stream {
-    /// Sets the parallelism of the operator that produces this stream.
+    /// Sets the parallelism of the operator that produces this stream (of
+    /// each, after a union).
     pub fn parallelism(self, parallelism: usize) -> Self {
-        self.graph.borrow_mut()[self.node].parallelism = Some(parallelism);
+        let mut graph = lock(&self.graph);
+        for producer in &self.producers {
+            graph[*producer].parallelism = Some(parallelism);
+        }
+        drop(graph);
         self
+    }
+
+    /// One stream of the batches of this one and of `others`: the next
+    /// operator reads all of them (barriers are aligned across them). They
+    /// must have one schema; where their schemas are known when the
+    /// pipeline is built (sources, filters), a difference is refused then.
+    ///
+    /// ```
+    /// use tidewater_core::{GeneratorSource, Pipeline};
+    ///
+    /// let pipeline = Pipeline::new("two-inputs");
+    /// let a = pipeline.source("a", GeneratorSource::new(100, 10));
+    /// let b = pipeline.source("b", GeneratorSource::new(100, 10));
+    /// let both = a.union([b]).filter("all", |batch| {
+    ///     Ok(arrow::array::BooleanArray::from(vec![true; batch.num_rows()]))
+    /// });
+    /// # drop(both);
+    /// ```
+    pub fn union(mut self, others: impl IntoIterator<Item = Stream>) -> Stream {
+        for other in others {
+            for producer in other.producers {
+                if !self.producers.contains(&producer) {
+                    self.producers.push(producer);
+                }
+            }
+        }
+        self
+    }
+
+    /// The schema of this stream's batches, where the builder knows it.
+    fn schema(&self) -> Option<SchemaRef> {
+        let graph = lock(&self.graph);
+        let first = graph[self.producers[0]].schema.clone()?;
+        self.producers[1..]
+            .iter()
+            .all(|p| graph[*p].schema.as_ref() == Some(&first))
+            .then_some(first)
+    }
+
+    /// Records a problem found while declaring, reported by `build`.
+    fn problem(&self, problem: String) {
+        lock(&self.graph)[self.producers[0]].problems.push(problem);
+    }
+
+    fn producer_names(&self) -> String {
+        self.producer_names_locked(&lock(&self.graph))
     }
 
     /// Makes the source of this stream wait on `throttle` before each fetch
     /// (e.g. [`RateLimit`](crate::RateLimit), or a replica-lag throttle).
     /// Only sources fetch: on another operator it is refused by `build`.
     pub fn throttle(self, throttle: impl crate::throttle::Throttle) -> Self {
-        self.graph.borrow_mut()[self.node]
-            .throttles
-            .push(Arc::new(throttle));
+        let throttle: Arc<dyn crate::throttle::Throttle> = Arc::new(throttle);
+        let mut graph = lock(&self.graph);
+        for producer in &self.producers {
+            graph[*producer].throttles.push(throttle.clone());
+        }
+        drop(graph);
         self
     }
 
@@ -174,25 +243,58 @@ impl Stream {
         self
     }
 
-    fn then(&self, uid: String, body: NodeBody) -> Stream {
-        let mut graph = self.graph.borrow_mut();
-        graph.push(Node {
-            uid,
-            body,
-            parallelism: None,
-            parallelism_of: None,
-            single_subtask_form: None,
-            throttles: Vec::new(),
-            inputs: vec![Edge {
-                from: self.node,
+    /// Adds an operator reading this stream; `schema` is its output's, if known.
+    fn then_with(&self, uid: String, body: NodeBody, schema: Option<SchemaRef>) -> Stream {
+        let mut problems = Vec::new();
+        {
+            let graph = lock(&self.graph);
+            let known: Vec<&SchemaRef> = self
+                .producers
+                .iter()
+                .filter_map(|p| graph[*p].schema.as_ref())
+                .collect();
+            if let Some(first) = known.first()
+                && let Some(other) = known.iter().find(|s| s.fields() != first.fields())
+            {
+                problems.push(format!(
+                    "'{uid}' reads a union of {} whose schemas differ: ({}) and ({}); every \
+                     stream of a union must have the same columns and types",
+                    self.producer_names_locked(&graph),
+                    crate::error::field_list(first),
+                    crate::error::field_list(other)
+                ));
+            }
+        }
+        let inputs = self
+            .producers
+            .iter()
+            .map(|p| Edge {
+                from: *p,
                 partitioning: self.next_partitioning.clone(),
-            }],
-        });
+            })
+            .collect();
+        let mut node = Node::new(uid, body, inputs, schema);
+        node.problems = problems;
+        let mut graph = lock(&self.graph);
+        graph.push(node);
         Stream {
             graph: self.graph.clone(),
-            node: graph.len() - 1,
+            producers: vec![graph.len() - 1],
             next_partitioning: Partitioning::Forward,
         }
+    }
+
+    /// Adds an operator whose output schema the builder does not know.
+    fn then(&self, uid: String, body: NodeBody) -> Stream {
+        self.then_with(uid, body, None)
+    }
+
+    fn producer_names_locked(&self, graph: &[Node]) -> String {
+        self.producers
+            .iter()
+            .map(|p| format!("'{}'", graph[*p].uid))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     /// Transforms each batch into another.
@@ -215,11 +317,13 @@ impl Stream {
         F: Fn(&RecordBatch) -> Result<BooleanArray> + Send + Sync + 'static,
     {
         let predicate = Arc::new(predicate);
-        self.then(
+        let schema = self.schema();
+        self.then_with(
             uid.into(),
             NodeBody::Operator(Arc::new(move |_: &TaskContext| {
                 Ok(Box::new(FilterOperator::new(predicate.clone())) as Box<dyn Operator>)
             })),
+            schema,
         )
     }
 
@@ -255,10 +359,34 @@ impl Stream {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        KeyedStream {
-            keys: columns.into_iter().map(Into::into).collect(),
-            stream: self,
+        let keys: Vec<String> = columns.into_iter().map(Into::into).collect();
+        if keys.is_empty() {
+            self.problem(format!(
+                "key_by after {} names no column: key by at least one column",
+                self.producer_names()
+            ));
         }
+        if let Some(schema) = self.schema() {
+            for key in &keys {
+                match schema.field_with_name(key) {
+                    Err(_) => self.problem(format!(
+                        "key_by after {}: there is no column '{key}'; the columns are {}",
+                        self.producer_names(),
+                        crate::error::field_list(&schema)
+                    )),
+                    Ok(field) if !crate::partition::can_partition_by(field.data_type()) => self
+                        .problem(format!(
+                            "key_by after {}: column '{key}' is {}, which cannot be hashed; \
+                             key by integer, floating-point, date, timestamp, string, binary or \
+                             boolean columns",
+                            self.producer_names(),
+                            field.data_type()
+                        )),
+                    Ok(_) => {}
+                }
+            }
+        }
+        KeyedStream { keys, stream: self }
     }
 
     /// Ends the stream in a sink.
@@ -296,9 +424,26 @@ impl KeyedStream {
     /// for `uid`.
     pub fn aggregate(self, uid: impl Into<String>, spec: AggregateSpec) -> Stream {
         let uid = uid.into();
+        if let Some(schema) = self.stream.schema() {
+            for expr in spec.exprs() {
+                if let Some(input) = &expr.column
+                    && schema.field_with_name(input).is_err()
+                {
+                    self.stream.problem(format!(
+                        "aggregate '{uid}': output '{}' reads column '{input}', which the input \
+                         does not have; its columns are {}",
+                        expr.output,
+                        crate::error::field_list(&schema)
+                    ));
+                }
+            }
+        }
         let keys = self.keys.clone();
         let spec = Arc::new(spec);
-        let upstream = self.stream.node;
+        let upstream = match self.stream.producers.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        };
         let local = {
             let (keys, spec) = (keys.clone(), spec.clone());
             self.stream.then(
@@ -312,10 +457,11 @@ impl KeyedStream {
             )
         };
         {
-            let mut graph = local.graph.borrow_mut();
-            graph[local.node].parallelism_of = Some(upstream);
+            let mut graph = lock(&local.graph);
+            let node = local.producers[0];
+            graph[node].parallelism_of = upstream;
             let (keys, spec) = (keys.clone(), spec.clone());
-            graph[local.node].single_subtask_form = Some(Arc::new(move |_: &TaskContext| {
+            graph[node].single_subtask_form = Some(Arc::new(move |_: &TaskContext| {
                 Ok(Box::new(LocalAggregateOperator::passing_on(
                     keys.clone(),
                     spec.clone(),

@@ -166,7 +166,7 @@ impl AggregateOperator {
             input.index_of(name).map_err(|_| {
                 Error::BadInput(format!(
                     "aggregate: column '{name}' is not in the input (columns: {})",
-                    field_names(input)
+                    crate::error::field_list(input)
                 ))
             })
         };
@@ -404,17 +404,8 @@ fn check_same_types(restored: &Schema, now: &Schema) -> Result<()> {
         Err(Error::BadInput(format!(
             "aggregate: the input's types changed since the checkpoint: state columns were \
              [{}], the input now gives [{}]; restore with the original input or start over",
-            field_names(restored),
-            field_names(now)
+            crate::error::field_list(restored),
+            crate::error::field_list(now)
         )))
     }
-}
-
-fn field_names(schema: &Schema) -> String {
-    schema
-        .fields()
-        .iter()
-        .map(|f| format!("{} {}", f.name(), f.data_type()))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
