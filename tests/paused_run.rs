@@ -13,35 +13,12 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
-use common::{Backfill, Rng, read_output, text};
+use common::{Backfill, Rng, read_output, signal, text, wait_or_kill};
 
 const TRIALS: usize = 6;
-
-fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(child.id().to_string())
-        .status()
-        .expect("running kill");
-    assert!(status.success(), "kill -{name} failed");
-}
-
-/// Waits for `child` up to `limit`; kills it if it is still running then.
-fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if let Some(status) = child.try_wait().expect("poll child") {
-            return Some(status);
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    None
-}
 
 /// The ids of every committed row, or a panic naming a file that is not
 /// valid Parquet.

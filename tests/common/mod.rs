@@ -378,3 +378,27 @@ impl Rng {
         splitmix64(self.0) % n.max(1)
     }
 }
+
+/// Sends signal `name` (STOP, CONT, ...) to `child`.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("running kill");
+    assert!(status.success(), "kill -{name} failed");
+}
+
+/// Waits for `child` up to `limit`; kills it if it is still running then.
+pub fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if let Some(status) = child.try_wait().expect("poll child") {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}

@@ -146,6 +146,16 @@ impl ParquetSink {
                 ctx.uid, self.options.part_bytes
             )));
         }
+        // A file is published by one server-side copy, which S3 allows up
+        // to 5 GiB; a file overshoots its target by up to a row group.
+        if self.uploader.multipart.is_some() && self.options.target_file_bytes > 4 << 30 {
+            return Err(Error::InvalidPipeline(format!(
+                "parquet sink '{}': target_file_bytes is {}, above the 4 GiB an object store \
+                 file may be here (it is published by one server-side copy, at most 5 GiB on \
+                 S3): choose a smaller target",
+                ctx.uid, self.options.target_file_bytes
+            )));
+        }
         if self.options.target_file_bytes == 0 || self.options.max_row_group_rows == 0 {
             return Err(Error::InvalidPipeline(format!(
                 "parquet sink '{}': target_file_bytes and max_row_group_rows must be above 0",
@@ -209,6 +219,7 @@ impl Sink for ParquetSink {
             .map_err(|e| Error::Corrupt(format!("parquet sink '{}': {e}", ctx.uid)))?;
         let mut writer = self.writer(ctx)?;
         writer.restore(state)?;
+        writer.take_over_upload().await?;
         writer.discard_unreferenced_parts().await?;
         Ok(Box::new(writer))
     }

@@ -2,9 +2,15 @@
 //! them, and its completion (which makes the file visible).
 //!
 //! On stores with a resumable multipart API (S3, GCS, Azure, memory) the
-//! parts go to a multipart upload whose id and part ids are checkpointed; the
-//! file appears when the upload completes. On a local folder the parts are
-//! staged objects under `_staging/`, concatenated into the file at commit.
+//! parts go to a multipart upload whose id and part ids are checkpointed. The
+//! upload assembles a staging object unique to the writer's epoch, which the
+//! commit copies (server-side) to the file's name. A run that resumes an open
+//! file does not add parts to its predecessor's upload: S3 numbers parts by
+//! position, and a predecessor that was only paused could upload its own
+//! next part under the same number. It completes that upload with the parts
+//! its checkpoint lists (S3 drops the others), reads those bytes back, and
+//! goes on in an upload of its own. On a local folder the parts are staged
+//! objects under `_staging/`, concatenated into the file at commit.
 
 use std::fmt::Display;
 use std::sync::Arc;
@@ -25,12 +31,21 @@ pub(crate) const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub(crate) enum Parts {
-    /// A multipart upload to the file's final path.
+    /// A multipart upload.
     Multipart {
         /// The upload's id.
         upload: String,
         /// The id of each part, in order.
         parts: Vec<String>,
+        /// The staging object the upload assembles, relative to the sink's
+        /// root; `None` in checkpoints written before staging objects, whose
+        /// uploads go straight to the file's name.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        object: Option<String>,
+        /// Staging objects of predecessors whose bytes this upload continues:
+        /// deleted once the file is published.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        superseded: Vec<String>,
     },
     /// Staged objects, relative to the sink's root, in order.
     Staged {
@@ -68,12 +83,13 @@ impl Uploader {
         path
     }
 
-    /// Starts the upload of `file` (relative name of the finished file);
-    /// staged parts are named after `staging` (relative, no extension).
-    pub async fn start(&self, file: &str) -> Result<Parts> {
+    /// Starts the upload of a file; its staging names start with `staging`
+    /// (relative, no extension, unique to the writer's epoch).
+    pub async fn start(&self, staging: &str) -> Result<Parts> {
         match &self.multipart {
             Some(multipart) => {
-                let path = self.path(file);
+                let object = format!("{staging}.upload");
+                let path = self.path(&object);
                 let upload = multipart
                     .create_multipart(&path)
                     .await
@@ -81,10 +97,94 @@ impl Uploader {
                 Ok(Parts::Multipart {
                     upload,
                     parts: Vec::new(),
+                    object: Some(object),
+                    superseded: Vec::new(),
                 })
             }
             None => Ok(Parts::Staged { parts: Vec::new() }),
         }
+    }
+
+    /// Where a multipart upload's parts go: its staging object, or (for
+    /// checkpoints written before staging objects) the file itself.
+    fn upload_path(&self, file: &str, object: Option<&str>) -> Path {
+        self.path(object.unwrap_or(file))
+    }
+
+    /// Takes over the multipart upload of a file resumed from a checkpoint
+    /// that `uploaded` bytes of parts went into: completes it with the parts
+    /// listed (a paused predecessor's later parts are dropped), reads those
+    /// bytes back, and starts this run's own upload. Returns the new parts and
+    /// the bytes, which go in front of the checkpoint's tail. `None` for
+    /// staged parts and for uploads that go straight to the file's name
+    /// (checkpoints of earlier versions), which are continued as they are.
+    pub async fn take_over(
+        &self,
+        staging: &str,
+        parts: &Parts,
+        uploaded: u64,
+    ) -> Result<Option<(Parts, Vec<u8>)>> {
+        let Parts::Multipart {
+            upload,
+            parts: ids,
+            object: Some(object),
+            superseded,
+        } = parts
+        else {
+            return Ok(None);
+        };
+        let multipart = self.multipart.as_ref().ok_or_else(|| {
+            Error::Internal("a multipart upload on a store without multipart".into())
+        })?;
+        let path = self.path(object);
+        let mut bytes = Vec::new();
+        if !ids.is_empty() {
+            let listed = ids
+                .iter()
+                .map(|id| PartId {
+                    content_id: id.clone(),
+                })
+                .collect();
+            if let Err(e) = multipart.complete_multipart(&path, upload, listed).await {
+                // Completed by an earlier take-over of the same checkpoint.
+                if self.store.head(&path).await.is_err() {
+                    return Err(Error::Corrupt(format!(
+                        "resuming '{path}': its upload cannot be completed ({e}) and no earlier \
+                         run completed it: was the upload aborted, for example by a bucket \
+                         lifecycle rule shorter than the job's downtime?"
+                    )));
+                }
+            }
+            bytes = self
+                .store
+                .get(&path)
+                .await
+                .map_err(|e| Error::storage("read", &path, e))?
+                .bytes()
+                .await
+                .map_err(|e| Error::storage("read", &path, e))?
+                .to_vec();
+            // A store that assembles every uploaded part (not only those
+            // listed) puts the crashed run's later parts after these.
+            if (bytes.len() as u64) < uploaded {
+                return Err(Error::Corrupt(format!(
+                    "resuming '{path}': it holds {} bytes, the checkpoint counts {uploaded}",
+                    bytes.len()
+                )));
+            }
+            bytes.truncate(uploaded as usize);
+        }
+        let mut fresh = self.start(staging).await?;
+        if let Parts::Multipart {
+            superseded: mine, ..
+        } = &mut fresh
+        {
+            mine.extend(superseded.iter().cloned());
+            if !ids.is_empty() {
+                mine.push(object.clone());
+            }
+        }
+        Ok(Some((fresh, bytes)))
     }
 
     /// Uploads the next part of `file`. `staging` names its staged parts.
@@ -97,11 +197,16 @@ impl Uploader {
     ) -> Result<()> {
         let index = parts.len();
         match parts {
-            Parts::Multipart { upload, parts } => {
+            Parts::Multipart {
+                upload,
+                parts,
+                object,
+                ..
+            } => {
                 let multipart = self.multipart.as_ref().ok_or_else(|| {
                     Error::Internal("a multipart upload on a store without multipart".into())
                 })?;
-                let path = self.path(file);
+                let path = self.upload_path(file, object.as_deref());
                 let id = multipart
                     .put_part(&path, upload, index, PutPayload::from(bytes))
                     .await
@@ -126,7 +231,25 @@ impl Uploader {
     pub async fn complete(&self, file: &str, parts: &Parts) -> Result<()> {
         let path = self.path(file);
         match parts {
-            Parts::Multipart { upload, parts } => {
+            Parts::Multipart {
+                upload,
+                parts,
+                object: Some(object),
+                superseded,
+            } => {
+                self.publish_staged_upload(&path, upload, parts, object)
+                    .await?;
+                // Predecessors' staging objects whose bytes are in the file.
+                for old in superseded {
+                    self.delete(&self.path(old)).await?;
+                }
+            }
+            Parts::Multipart {
+                upload,
+                parts,
+                object: None,
+                ..
+            } => {
                 let multipart = self.multipart.as_ref().ok_or_else(|| {
                     Error::Internal(format!(
                         "'{path}' was uploaded in parts, but this store has no multipart API: \
@@ -199,6 +322,52 @@ impl Uploader {
             }
         }
         Ok(())
+    }
+
+    /// Completes an upload into its staging object, copies that to the
+    /// file's name (server-side) and deletes it. Idempotent, and safe when
+    /// two runs commit the same file at once: they copy the same bytes.
+    async fn publish_staged_upload(
+        &self,
+        path: &Path,
+        upload: &str,
+        parts: &[String],
+        object: &str,
+    ) -> Result<()> {
+        let staged = self.path(object);
+        if self.store.head(path).await.is_ok() {
+            // Published before a crash; only the staging object may remain.
+            return self.delete(&staged).await;
+        }
+        let multipart = self.multipart.as_ref().ok_or_else(|| {
+            Error::Internal(format!(
+                "'{path}' was uploaded in parts, but this store has no multipart API: \
+                 was the output URL changed between runs?"
+            ))
+        })?;
+        let ids = parts
+            .iter()
+            .map(|id| PartId {
+                content_id: id.clone(),
+            })
+            .collect();
+        if let Err(e) = multipart
+            .complete_multipart(&staged, &upload.to_string(), ids)
+            .await
+            && self.store.head(&staged).await.is_err()
+        {
+            // Another committer may have published it and cleaned up meanwhile.
+            return self.confirm_exists(path, e).await;
+        }
+        match self.store.copy(&staged, path).await {
+            Ok(()) => debug!(file = %path, "committed"),
+            Err(e) => {
+                if self.store.head(path).await.is_err() {
+                    return Err(Error::storage("publish", path, e));
+                }
+            }
+        }
+        self.delete(&staged).await
     }
 
     async fn confirm_exists(&self, path: &Path, error: object_store::Error) -> Result<()> {
@@ -361,11 +530,12 @@ fn lost_part(staged: impl Display, file: impl Display, error: impl Display) -> E
 }
 
 impl Parts {
-    /// The staged objects these parts occupy (none for a multipart upload).
-    pub fn staged(&self) -> &[String] {
+    /// The staged objects these parts occupy or still need: staged parts,
+    /// or a multipart upload's superseded staging objects.
+    pub fn staged(&self) -> Vec<String> {
         match self {
-            Parts::Multipart { .. } => &[],
-            Parts::Staged { parts } => parts,
+            Parts::Multipart { superseded, .. } => superseded.clone(),
+            Parts::Staged { parts } => parts.clone(),
         }
     }
 }

@@ -131,6 +131,40 @@ impl ParquetSinkWriter {
         Ok(())
     }
 
+    /// Moves a multipart file resumed from the checkpoint into an upload of
+    /// this run's own (see [`Uploader::take_over`]): its parts so far are read
+    /// back, put in front of the checkpoint's tail, and uploaded again as
+    /// whole parts. Costs one read and one write of the bytes uploaded so far
+    /// (at most the target file size) per writer and restart.
+    pub async fn take_over_upload(&mut self) -> Result<()> {
+        let Some(mut file) = self.open.take() else {
+            return Ok(());
+        };
+        let uploaded = file.encoder.emitted() - file.tail.len() as u64;
+        let staging = self.staging_name(file.seq);
+        let taken = self
+            .uploader
+            .take_over(&staging, &file.parts, uploaded)
+            .await;
+        match taken {
+            Ok(Some((parts, mut bytes))) => {
+                debug!(file = %self.file_name(file.seq), bytes = bytes.len(), "took over the upload");
+                bytes.extend_from_slice(&file.tail);
+                file.parts = parts;
+                file.tail = bytes;
+                while file.tail.len() >= self.options.part_bytes {
+                    let rest = file.tail.split_off(self.options.part_bytes);
+                    let part = std::mem::replace(&mut file.tail, rest);
+                    self.put_part(file.seq, &mut file.parts, part).await?;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return Err(e),
+        }
+        self.open = Some(file);
+        Ok(())
+    }
+
     /// Deletes this subtask's staged parts that the state does not list: the
     /// leftovers of a run that crashed after its last completed checkpoint
     /// (and, on a local folder, its killed writes' temporary files).
@@ -144,7 +178,7 @@ impl ParquetSinkWriter {
             .open
             .iter()
             .flat_map(|f| f.parts.staged())
-            .map(|p| self.uploader.path(p))
+            .map(|p| self.uploader.path(&p))
             .collect();
         for object in self.uploader.list(&staging).await? {
             let name = object.filename().unwrap_or_default();
@@ -177,7 +211,7 @@ impl ParquetSinkWriter {
         let schema = self.schema.clone().expect("a batch set the schema");
         let seq = self.next_seq;
         self.next_seq += 1;
-        let parts = self.uploader.start(&self.file_name(seq)).await?;
+        let parts = self.uploader.start(&self.staging_name(seq)).await?;
         let encoder = FileEncoder::new(schema, self.options.writer_properties())
             .map_err(|e| self.parquet_error("starting a file", e))?;
         Ok(OpenFile {
@@ -382,13 +416,21 @@ mod tests {
     }
 
     fn writer(store: &Arc<InMemory>, options: ParquetSinkOptions) -> ParquetSinkWriter {
+        writer_at(store, options, 1)
+    }
+
+    fn writer_at(
+        store: &Arc<InMemory>,
+        options: ParquetSinkOptions,
+        epoch: u64,
+    ) -> ParquetSinkWriter {
         let uploader = Uploader {
             store: store.clone(),
             multipart: Some(store.clone()),
             root: "out".into(),
             local_root: None,
         };
-        ParquetSinkWriter::new(uploader, options, "sink".into(), 0, 1)
+        ParquetSinkWriter::new(uploader, options, "sink".into(), 0, epoch)
     }
 
     async fn commit(store: &Arc<InMemory>, payload: serde_json::Value) -> Vec<String> {
@@ -455,6 +497,61 @@ mod tests {
             read_ids(&store, &names[0]).await,
             (0..4000).collect::<Vec<_>>()
         );
+    }
+
+    /// Ids that do not compress: 8 bytes a row in the file.
+    fn noise(from: i64, rows: i64) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let ids: Int64Array = (from..from + rows)
+            .map(|i| tidewater_core::splitmix64(i as u64) as i64)
+            .collect();
+        RecordBatch::try_new(schema, vec![Arc::new(ids)]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_resumed_upload_is_taken_over_and_a_woken_predecessor_cannot_touch_it() {
+        let store = Arc::new(InMemory::new());
+        let options = ParquetSinkOptions {
+            max_row_group_rows: 100_000,
+            part_bytes: MIN_PART_BYTES,
+            ..ParquetSinkOptions::default()
+        };
+        let mut first = writer_at(&store, options.clone(), 1);
+        first.write(noise(0, 1_000_000)).await.unwrap();
+        assert_eq!(first.pre_commit(CheckpointId(1)).await.unwrap(), None);
+        let state = first.snapshot().await.unwrap().unwrap();
+        // The predecessor goes on after the checkpoint and uploads another
+        // part into the same upload before the successor takes it over.
+        first.write(noise(1_000_000, 1_000_000)).await.unwrap();
+
+        let mut second = writer_at(&store, options, 2);
+        second
+            .restore(WriterState::decode(&state).unwrap())
+            .unwrap();
+        second.take_over_upload().await.unwrap();
+        // Woken again: its upload is complete, its next part is refused.
+        let refused = first.write(noise(2_000_000, 1_000_000)).await;
+        assert!(refused.is_err(), "the predecessor could still upload");
+
+        second.write(noise(1_000_000, 500_000)).await.unwrap();
+        second.finish().await.unwrap();
+        let payload = second.pre_commit(CheckpointId(2)).await.unwrap().unwrap();
+        let names = commit(&store, payload).await;
+        assert_eq!(names, vec!["part-sink-0000-000000.parquet".to_string()]);
+        let want: Vec<i64> = (0..1_500_000)
+            .map(|i| tidewater_core::splitmix64(i as u64) as i64)
+            .collect();
+        assert!(
+            read_ids(&store, &names[0]).await == want,
+            "the file is not the checkpoint's rows followed by the successor's"
+        );
+        // Nothing staged is left once the file is published.
+        let left: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(
+            object_store::ObjectStore::list(store.as_ref(), Some(&"out/_staging".into())),
+        )
+        .await
+        .unwrap();
+        assert!(left.is_empty(), "staging objects left: {left:?}");
     }
 
     #[tokio::test]
