@@ -118,12 +118,31 @@ fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
         );
         flip_a_byte(&blobs[0]);
 
-        let resumed = job.run();
+        // The run's summary says which checkpoint it passed over, and why.
+        let summary_path = dir.path().join("summary.json");
+        let resumed = job
+            .command()
+            .arg("--summary-json")
+            .arg(&summary_path)
+            .output()
+            .unwrap();
         assert!(resumed.status.success(), "{}", text(&resumed));
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&summary_path).unwrap()).unwrap();
+        let newest_id: u64 = newest
+            .parent()
+            .and_then(|p| p.file_name())
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("chk-"))
+            .and_then(|n| n.parse().ok())
+            .expect("a checkpoint folder name");
+        let fallbacks = summary["fallbacks"].as_array().expect("fallbacks");
+        assert_eq!(fallbacks.len(), 1, "{summary}");
+        assert_eq!(fallbacks[0]["checkpoint"], newest_id, "{summary}");
+        let reason = fallbacks[0]["reason"].as_str().unwrap_or_default();
         assert!(
-            stderr(&resumed).contains("falling back to the one before it"),
-            "no fallback warning:\n{}",
-            text(&resumed)
+            reason.contains(uid),
+            "the reason names the damaged state: {reason}"
         );
         match mode {
             "copy" => assert_copy_output(&job.out, ROWS, KEYS),

@@ -185,6 +185,12 @@ pub fn summary_json(
         "peak_rss_bytes": peak_rss_bytes(),
         "cpu_s": cpu_seconds(),
         "checkpoints": checkpoints,
+        "fallbacks": summary.map(|s| {
+            s.fallbacks
+                .iter()
+                .map(|(id, why)| serde_json::json!({ "checkpoint": id.0, "reason": why }))
+                .collect::<Vec<_>>()
+        }).unwrap_or_default(),
     })
 }
 

@@ -40,8 +40,11 @@ pub struct Summary {
     pub rows_restored: u64,
     /// Counters at the end.
     pub progress: ProgressSnapshot,
-    /// Every checkpoint of this run, oldest first.
+    /// Every checkpoint of this run, oldest first (the last 4096).
     pub checkpoints: Vec<CheckpointStats>,
+    /// Checkpoints the restore passed over as unusable (newest first), with
+    /// why; their committed output was taken back.
+    pub fallbacks: Vec<(CheckpointId, String)>,
 }
 
 /// A running job.

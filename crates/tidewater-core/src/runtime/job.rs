@@ -230,6 +230,7 @@ async fn run_once(
         rows_restored: restored.rows_read,
         progress: progress.snapshot(),
         checkpoints: progress.checkpoint_history(),
+        fallbacks: restored.fallbacks.clone(),
     };
     Ok(match ending {
         Ending::Completed { last } => {

@@ -37,6 +37,8 @@ pub(crate) struct Restored {
     pub rows_read: u64,
     /// The id the next checkpoint takes.
     pub next_id: CheckpointId,
+    /// Checkpoints passed over as unusable, with why.
+    pub fallbacks: Vec<(CheckpointId, String)>,
 }
 
 /// What restore found.
@@ -143,6 +145,7 @@ pub(crate) async fn restore(
             .emit();
             Ok(RestoreResult::Run(Restored {
                 next_id: plan.next_id,
+                fallbacks: plan.fallbacks,
                 ..Restored::default()
             }))
         }
@@ -152,6 +155,7 @@ pub(crate) async fn restore(
                 .ok_or_else(|| Error::Internal(format!("checkpoint {checkpoint} not loaded")))?;
             restored.checkpoint = Some(checkpoint);
             restored.next_id = plan.next_id;
+            restored.fallbacks = plan.fallbacks;
             CheckpointRestored {
                 job: store.job(),
                 checkpoint: checkpoint.0,
