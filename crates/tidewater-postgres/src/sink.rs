@@ -10,10 +10,9 @@ use serde_json::{Map, Value, json};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
 use tidewater_core::events::{
-    ConnectionRetried, InternalEvent, PreparedRolledBack, RowDeadLettered,
+    ConnectionRetried, InternalEvent, PreparedCommitted, PreparedRolledBack, RowDeadLettered,
 };
 use tidewater_core::{CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext};
-use tracing::debug;
 
 use crate::errors::{
     constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, user_error,
@@ -190,7 +189,7 @@ impl Sink for PostgresSink {
         let sql = format!("COMMIT PREPARED '{}'", gid.replace('\'', "''"));
         match sqlx::raw_sql(AssertSqlSafe(sql)).execute(&self.pool).await {
             Ok(_) => {
-                debug!(gid, "committed");
+                PreparedCommitted { gid }.emit();
                 Ok(())
             }
             Err(e) if is_undefined_object(&e) => {

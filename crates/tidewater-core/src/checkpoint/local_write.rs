@@ -41,7 +41,10 @@ pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> io::Result<()> {
     if let Err(e) = file.write_all(&bytes[..direct_len]) {
         // Refused after all (some file systems check only at write time):
         // start over through the page cache.
-        tracing::debug!(file = %temporary.display(), error = %e, "direct write refused");
+        crate::events::InternalEvent::emit(crate::events::DirectWriteRefused {
+            file: &temporary.display().to_string(),
+            error: &e.to_string(),
+        });
         file = create(&temporary)?;
         file.write_all(bytes)?;
     } else {

@@ -1,4 +1,4 @@
-//! Checkpoints: started, completed, old ones not deleted, a savepoint asked for.
+//! Checkpoints: started, completed, declined, old ones not deleted, a savepoint asked for.
 
 use std::time::Duration;
 
@@ -64,6 +64,32 @@ impl InternalEvent for CheckpointCompleted<'_> {
             .record(self.duration.as_secs_f64());
         histogram!("tidewater_checkpoint_state_bytes", "job" => self.job.to_string())
             .record(self.state_bytes as f64);
+    }
+}
+
+/// A task could not take its part of a checkpoint (its state did not
+/// encode or upload, its sink did not pre-commit): the checkpoint is
+/// abandoned and the job fails (or restarts, when a retry may help).
+#[derive(Debug)]
+pub struct CheckpointDeclined<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The checkpoint.
+    pub checkpoint: u64,
+    /// Why.
+    pub error: &'a crate::Error,
+}
+
+impl InternalEvent for CheckpointDeclined<'_> {
+    fn emit(self) {
+        warn!(
+            job = self.job,
+            checkpoint = self.checkpoint,
+            error = %self.error,
+            "checkpoint declined"
+        );
+        counter!("tidewater_checkpoints_declined_total", "job" => self.job.to_string())
+            .increment(1);
     }
 }
 

@@ -12,20 +12,25 @@
 mod checkpoint;
 mod connection;
 mod job;
+mod operator;
 mod restore;
 mod sink;
 mod storage;
 mod throttle;
 
-pub use checkpoint::{CheckpointCompleted, CheckpointStarted, RetentionFailed, SavepointRequested};
+pub use checkpoint::{
+    CheckpointCompleted, CheckpointDeclined, CheckpointStarted, RetentionFailed, SavepointRequested,
+};
 pub use connection::ConnectionRetried;
 pub use job::{JobCompleted, JobFenced, JobRestarting, JobStarting};
+pub use operator::PreAggregationPassesRowsOn;
 pub use restore::{
     CheckpointFallback, CheckpointRestored, RestoreChange, SourceStartsOver, StartedFresh,
 };
 pub use sink::{RowDeadLettered, SinkCommitted, SinkReverted};
 pub use storage::{
-    FileAlreadyPublished, FileFinished, InputDeadLettered, PreparedRolledBack, SourcePlanned,
+    DirectWriteRefused, FileAlreadyPublished, FileCommitted, FileFinished, FileResumed,
+    InputDeadLettered, LeftoverDeleted, PreparedCommitted, PreparedRolledBack, SourcePlanned,
     StoreWithoutConditionalWrites,
 };
 pub use throttle::{ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};

@@ -1,7 +1,7 @@
 //! Storage: what the state store and file connectors report.
 
 use metrics::counter;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::InternalEvent;
 
@@ -100,8 +100,8 @@ impl InternalEvent for FileFinished<'_> {
     }
 }
 
-/// A commit found its file already published by another run, with another
-/// size, and kept it.
+/// A commit found its file already published by another run, and kept it
+/// (a warning when its size differs from what this commit would publish).
 #[derive(Debug)]
 pub struct FileAlreadyPublished<'a> {
     /// The file.
@@ -114,6 +114,11 @@ pub struct FileAlreadyPublished<'a> {
 
 impl InternalEvent for FileAlreadyPublished<'_> {
     fn emit(self) {
+        if self.bytes == self.expected {
+            // Published by another run from the same parts: nothing to say.
+            debug!(file = self.file, "already published by another run; kept");
+            return;
+        }
         warn!(
             file = self.file,
             bytes = self.bytes,
@@ -139,5 +144,85 @@ impl InternalEvent for PreparedRolledBack<'_> {
             "rolling back a prepared transaction no checkpoint completed"
         );
         counter!("tidewater_prepared_rolled_back_total").increment(1);
+    }
+}
+
+/// A file system refused a direct (page-cache bypassing) write; the write
+/// went through the page cache instead.
+#[derive(Debug)]
+pub struct DirectWriteRefused<'a> {
+    /// The file.
+    pub file: &'a str,
+    /// Why.
+    pub error: &'a str,
+}
+
+impl InternalEvent for DirectWriteRefused<'_> {
+    fn emit(self) {
+        debug!(file = self.file, error = self.error, "direct write refused");
+    }
+}
+
+/// An output file became visible.
+#[derive(Debug)]
+pub struct FileCommitted<'a> {
+    /// The file.
+    pub file: &'a str,
+}
+
+impl InternalEvent for FileCommitted<'_> {
+    fn emit(self) {
+        debug!(file = self.file, "committed");
+    }
+}
+
+/// A leftover that no checkpoint refers to was deleted (a staged part of a
+/// run that crashed after its last checkpoint, a killed write's temporary).
+#[derive(Debug)]
+pub struct LeftoverDeleted<'a> {
+    /// The file or object.
+    pub file: &'a str,
+    /// What it was.
+    pub what: &'a str,
+}
+
+impl InternalEvent for LeftoverDeleted<'_> {
+    fn emit(self) {
+        debug!(file = self.file, "deleting {}", self.what);
+    }
+}
+
+/// A writer continues a file from a checkpoint.
+#[derive(Debug)]
+pub struct FileResumed<'a> {
+    /// The file.
+    pub file: &'a str,
+    /// Parts uploaded before the checkpoint.
+    pub parts: usize,
+    /// Bytes read back from a predecessor's upload into this run's own.
+    pub taken_over_bytes: Option<usize>,
+}
+
+impl InternalEvent for FileResumed<'_> {
+    fn emit(self) {
+        debug!(
+            file = self.file,
+            parts = self.parts,
+            taken_over_bytes = self.taken_over_bytes,
+            "resuming file"
+        );
+    }
+}
+
+/// A prepared transaction was committed.
+#[derive(Debug)]
+pub struct PreparedCommitted<'a> {
+    /// Its global id.
+    pub gid: &'a str,
+}
+
+impl InternalEvent for PreparedCommitted<'_> {
+    fn emit(self) {
+        debug!(gid = self.gid, "committed");
     }
 }

@@ -16,8 +16,8 @@ use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, Ope
 use crate::checkpoint::{StateStore, restore};
 use crate::error::{Error, Result};
 use crate::events::{
-    CheckpointCompleted, CheckpointStarted, InternalEvent, RetentionFailed, SavepointRequested,
-    SinkCommitted,
+    CheckpointCompleted, CheckpointDeclined, CheckpointStarted, InternalEvent, RetentionFailed,
+    SavepointRequested, SinkCommitted,
 };
 use crate::failpoint;
 use crate::ids::{CheckpointId, Epoch};
@@ -134,7 +134,18 @@ impl Coordinator {
                                     "ack for checkpoint {} while {} is in flight", ack.checkpoint, flight.id
                                 )));
                             }
-                            let data = ack.result?;
+                            let data = match ack.result {
+                                Ok(data) => data,
+                                Err(error) => {
+                                    CheckpointDeclined {
+                                        job: self.store.job(),
+                                        checkpoint: ack.checkpoint.0,
+                                        error: &error,
+                                    }
+                                    .emit();
+                                    return Err(error);
+                                }
+                            };
                             flight.bytes += data.blobs.iter().map(|b| b.bytes).sum::<u64>();
                             flight.manifest.blobs.extend(data.blobs);
                             flight.manifest.commits.extend(data.commits);

@@ -98,11 +98,10 @@ impl Operator for LocalAggregateOperator {
         if groups >= self.max_groups || self.groups.approx_bytes() >= self.max_bytes {
             let rows_per_group = self.rows_since_flush as f64 / groups as f64;
             if rows_per_group < self.min_rows_per_group {
-                tracing::debug!(
+                crate::events::InternalEvent::emit(crate::events::PreAggregationPassesRowsOn {
                     groups,
-                    rows = self.rows_since_flush,
-                    "pre-aggregation does not pay for these keys: passing rows on"
-                );
+                    rows: self.rows_since_flush,
+                });
                 self.passing_through = true;
             }
             self.flush(out)?;

@@ -20,9 +20,8 @@ use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use serde::{Deserialize, Serialize};
-use tidewater_core::events::{FileAlreadyPublished, InternalEvent};
+use tidewater_core::events::{FileAlreadyPublished, FileCommitted, InternalEvent, LeftoverDeleted};
 use tidewater_core::{Error, Result};
-use tracing::debug;
 
 /// The smallest part S3 accepts, other than the last.
 pub(crate) const MIN_PART_BYTES: usize = 5 * 1024 * 1024;
@@ -263,7 +262,10 @@ impl Uploader {
                     })
                     .collect();
                 match multipart.complete_multipart(&path, upload, ids).await {
-                    Ok(_) => debug!(file = %path, "committed"),
+                    Ok(_) => FileCommitted {
+                        file: path.as_ref(),
+                    }
+                    .emit(),
                     // Completed before a crash: the upload is gone, the file is there.
                     Err(e) => self.confirm_exists(&path, e).await?,
                 }
@@ -292,7 +294,10 @@ impl Uploader {
                     })
                     .await
                     .map_err(|e| Error::Internal(format!("concatenation task failed: {e}")))??;
-                    debug!(file = %path, parts = parts.len(), "committed");
+                    FileCommitted {
+                        file: path.as_ref(),
+                    }
+                    .emit();
                     return self.delete_all(parts).await;
                 }
                 let writer = self
@@ -317,7 +322,10 @@ impl Uploader {
                     .finish()
                     .await
                     .map_err(|e| Error::storage("write", &path, e))?;
-                debug!(file = %path, "committed");
+                FileCommitted {
+                    file: path.as_ref(),
+                }
+                .emit();
                 self.delete_all(parts).await?;
             }
         }
@@ -360,7 +368,10 @@ impl Uploader {
             return self.confirm_exists(path, e).await;
         }
         match self.store.copy(&staged, path).await {
-            Ok(()) => debug!(file = %path, "committed"),
+            Ok(()) => FileCommitted {
+                file: path.as_ref(),
+            }
+            .emit(),
             Err(e) => {
                 if self.store.head(path).await.is_err() {
                     return Err(Error::storage("publish", path, e));
@@ -411,7 +422,11 @@ impl Uploader {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
             if name.starts_with(prefix) && name.contains('#') {
-                debug!(file = %entry.path().display(), "deleting a killed write's temporary file");
+                LeftoverDeleted {
+                    file: &entry.path().display().to_string(),
+                    what: "a killed write's temporary file",
+                }
+                .emit();
                 match std::fs::remove_file(entry.path()) {
                     Ok(()) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -491,16 +506,12 @@ fn publish_once(temporary: &std::path::Path, target: &std::path::Path) -> std::i
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
             let ours = std::fs::metadata(temporary)?.len();
             let theirs = std::fs::metadata(target)?.len();
-            if ours == theirs {
-                debug!(file = %target.display(), "already published by another run; kept");
-            } else {
-                FileAlreadyPublished {
-                    file: &target.display().to_string(),
-                    bytes: theirs,
-                    expected: ours,
-                }
-                .emit();
+            FileAlreadyPublished {
+                file: &target.display().to_string(),
+                bytes: theirs,
+                expected: ours,
             }
+            .emit();
         }
         // A file system without hard links: create-only by check, then rename.
         Err(e)

@@ -7,9 +7,8 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 use parquet::errors::ParquetError;
-use tidewater_core::events::{FileFinished, InternalEvent};
+use tidewater_core::events::{FileFinished, FileResumed, InternalEvent, LeftoverDeleted};
 use tidewater_core::{CheckpointId, Error, Result, SinkWriter};
-use tracing::debug;
 
 use super::encoder::FileEncoder;
 use super::state::{OpenMeta, WriterMeta, WriterState};
@@ -119,7 +118,12 @@ impl ParquetSinkWriter {
                 open.emitted,
             )
             .map_err(|e| self.parquet_error("resuming the open file", e))?;
-            debug!(file = %self.file_name(open.seq), parts = open.parts.len(), "resuming file");
+            FileResumed {
+                file: &self.file_name(open.seq),
+                parts: open.parts.len(),
+                taken_over_bytes: None,
+            }
+            .emit();
             self.open = Some(OpenFile {
                 seq: open.seq,
                 parts: open.parts,
@@ -148,7 +152,12 @@ impl ParquetSinkWriter {
             .await;
         match taken {
             Ok(Some((parts, mut bytes))) => {
-                debug!(file = %self.file_name(file.seq), bytes = bytes.len(), "took over the upload");
+                FileResumed {
+                    file: &self.file_name(file.seq),
+                    parts: 0,
+                    taken_over_bytes: Some(bytes.len()),
+                }
+                .emit();
                 bytes.extend_from_slice(&file.tail);
                 file.parts = parts;
                 file.tail = bytes;
@@ -183,7 +192,11 @@ impl ParquetSinkWriter {
         for object in self.uploader.list(&staging).await? {
             let name = object.filename().unwrap_or_default();
             if name.starts_with(&mine) && !keep.contains(&object) {
-                debug!(file = %object, "deleting an unreferenced staged part");
+                LeftoverDeleted {
+                    file: object.as_ref(),
+                    what: "an unreferenced staged part",
+                }
+                .emit();
                 self.uploader.delete(&object).await?;
             }
         }

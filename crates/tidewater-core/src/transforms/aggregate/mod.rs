@@ -11,6 +11,7 @@
 mod accumulator;
 mod operator;
 mod spec;
+mod state;
 #[cfg(test)]
 mod tests;
 

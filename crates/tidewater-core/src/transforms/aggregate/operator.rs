@@ -14,6 +14,7 @@ use super::super::row_update::{RowOp, update_rows};
 use super::super::spare_columns::SpareColumns;
 use super::accumulator::*;
 use super::spec::{AggregateExpr, AggregateFunction, AggregateSpec};
+use super::state::check_same_types;
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator};
 
@@ -21,23 +22,27 @@ use crate::operator::{Collector, Operator};
 const OUTPUT_BATCH_ROWS: usize = 65_536;
 
 /// Where the inputs sit in the incoming batches, fixed by the first batch.
-struct Layout {
-    key_indices: Vec<usize>,
-    input_indices: Vec<Option<usize>>,
+pub(super) struct Layout {
+    pub(super) key_indices: Vec<usize>,
+    pub(super) input_indices: Vec<Option<usize>>,
     /// What each input column is cast to before accumulation.
-    input_types: Vec<Option<DataType>>,
+    pub(super) input_types: Vec<Option<DataType>>,
 }
 
 /// The partial aggregates: what a checkpoint stores.
-struct Groups {
-    index: GroupIndex,
-    accumulators: Vec<Accumulator>,
-    table: AccumulatorTable,
-    schema: SchemaRef,
+pub(super) struct Groups {
+    pub(super) index: GroupIndex,
+    pub(super) accumulators: Vec<Accumulator>,
+    pub(super) table: AccumulatorTable,
+    pub(super) schema: SchemaRef,
 }
 
 impl Groups {
-    fn new(index: GroupIndex, accumulators: Vec<Accumulator>, schema: SchemaRef) -> Self {
+    pub(super) fn new(
+        index: GroupIndex,
+        accumulators: Vec<Accumulator>,
+        schema: SchemaRef,
+    ) -> Self {
         let identities: Vec<u64> = accumulators.iter().map(Accumulator::identity).collect();
         Groups {
             index,
@@ -50,16 +55,16 @@ impl Groups {
 
 /// The keyed aggregation operator (see [`KeyedStream::aggregate`](crate::KeyedStream::aggregate)).
 pub struct AggregateOperator {
-    keys: Vec<String>,
-    spec: Arc<AggregateSpec>,
+    pub(super) keys: Vec<String>,
+    pub(super) spec: Arc<AggregateSpec>,
     /// The input holds partial aggregates (one column per output, named as
     /// it) from local pre-aggregations, not raw rows.
-    merge: bool,
-    layout: Option<Layout>,
-    groups: Option<Groups>,
-    scratch: Vec<u32>,
+    pub(super) merge: bool,
+    pub(super) layout: Option<Layout>,
+    pub(super) groups: Option<Groups>,
+    pub(super) scratch: Vec<u32>,
     /// Output column memory kept across snapshots.
-    spare: SpareColumns,
+    pub(super) spare: SpareColumns,
 }
 
 impl AggregateOperator {
@@ -97,7 +102,10 @@ impl AggregateOperator {
 
     /// What `expr` accumulates: its function and the column it reads.
     /// Merging partials, a count is the sum of the partial counts.
-    fn accumulated<'a>(&self, expr: &'a AggregateExpr) -> (AggregateFunction, Option<&'a str>) {
+    pub(super) fn accumulated<'a>(
+        &self,
+        expr: &'a AggregateExpr,
+    ) -> (AggregateFunction, Option<&'a str>) {
         if !self.merge {
             return (expr.function, expr.column.as_deref());
         }
@@ -240,23 +248,6 @@ impl AggregateOperator {
         );
         Ok((layout, groups))
     }
-
-    /// Every group as one batch: keys, then one column per aggregate.
-    pub(super) fn output(&mut self) -> Result<Option<RecordBatch>> {
-        let Some(groups) = &self.groups else {
-            return Ok(None);
-        };
-        let spare = &mut self.spare;
-        spare.reclaim();
-        let n = groups.index.len();
-        let mut columns = groups.index.key_columns(spare)?;
-        let mut words: Vec<Vec<u64>> = groups.accumulators.iter().map(|_| spare.take(n)).collect();
-        groups.table.columns_into(&mut words);
-        for (accumulator, words) in groups.accumulators.iter().zip(words) {
-            columns.push(accumulator.to_array(spare.lend(words), n));
-        }
-        Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
-    }
 }
 
 impl Operator for AggregateOperator {
@@ -348,64 +339,6 @@ impl Operator for AggregateOperator {
     }
 
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
-        // The state's schema stands in for the input's until the first batch:
-        // keys keep their types, and each aggregate's type picks its accumulator.
-        let schema = state.schema();
-        let n_keys = self.keys.len();
-        if schema.fields().len() != n_keys + self.spec.exprs().len() {
-            return Err(Error::Corrupt(format!(
-                "aggregate state has {} columns, the aggregation needs {}",
-                schema.fields().len(),
-                n_keys + self.spec.exprs().len()
-            )));
-        }
-        let key_types: Vec<DataType> = (0..n_keys)
-            .map(|i| schema.field(i).data_type().clone())
-            .collect();
-        let mut index = GroupIndex::new(&key_types)?;
-        index.assign(&state.columns()[..n_keys], &mut self.scratch)?;
-        if index.len() != state.num_rows() {
-            return Err(Error::Corrupt("aggregate state holds a key twice".into()));
-        }
-        let mut accumulators = Vec::new();
-        for (i, expr) in self.spec.exprs().iter().enumerate() {
-            let state_type = schema.field(n_keys + i).data_type();
-            let (function, column) = self.accumulated(expr);
-            let accumulator = Accumulator::for_type(function, column.is_some(), state_type, i)
-                .ok_or_else(|| {
-                    Error::Corrupt(format!(
-                        "aggregate state column '{}' has type {state_type}",
-                        expr.output
-                    ))
-                })?;
-            accumulators.push(accumulator);
-        }
-        let mut groups = Groups::new(index, accumulators, schema);
-        groups.table.resize(state.num_rows());
-        for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
-            accumulator.restore(&mut groups.table, state.column(n_keys + i))?;
-        }
-        self.layout = None;
-        self.groups = Some(groups);
-        Ok(())
-    }
-}
-
-fn check_same_types(restored: &Schema, now: &Schema) -> Result<()> {
-    let types = |s: &Schema| {
-        s.fields()
-            .iter()
-            .map(|f| f.data_type().clone())
-            .collect::<Vec<_>>()
-    };
-    if types(restored) == types(now) {
-        Ok(())
-    } else {
-        Err(Error::BadInput(format!(
-            "aggregate: the input's types changed since the checkpoint: state columns were \
-             [{}], the input now gives [{}]; restore with the original input or start over",
-            crate::error::field_list(restored),
-            crate::error::field_list(now)
-        )))
+        self.restore_state(state)
     }
 }
