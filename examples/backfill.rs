@@ -58,8 +58,8 @@ struct Args {
     /// Rows to generate.
     #[arg(long, default_value_t = 10_000_000)]
     rows: u64,
-    /// Distinct keys (k = splitmix64(id) % keys).
-    #[arg(long, default_value_t = 100_000)]
+    /// Distinct keys (k = splitmix64(id) % keys), at least 1.
+    #[arg(long, default_value_t = 100_000, value_parser = runner::parse_at_least_one)]
     keys: u64,
     /// Where the Parquet output goes: a folder or URL.
     #[arg(long, default_value = "./tidewater-out")]

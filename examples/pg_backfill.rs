@@ -67,20 +67,32 @@ struct Args {
     /// How often the replica lag is read.
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     lag_poll_interval: Interval,
-    /// Read at most this many rows per second.
-    #[arg(long)]
+    /// Read at most this many rows per second (above 0).
+    #[arg(long, value_parser = parse_rate)]
     rows_per_second: Option<f64>,
     /// Rows `dst` refuses that may go to `tidewater_dead_letters` before the job fails.
     #[arg(long, default_value_t = 0)]
     max_bad_rows: u64,
-    /// Rows per query on the source.
-    #[arg(long, default_value_t = 50_000)]
-    batch_rows: usize,
+    /// Rows per query on the source (at least 1).
+    #[arg(long, default_value_t = 50_000, value_parser = runner::parse_at_least_one)]
+    batch_rows: u64,
     #[command(flatten)]
     run: RunArgs,
 }
 
 /// Fills `src` by running a small tidewater job: generator → upsert sink.
+/// A rate above zero.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text
+        .parse()
+        .map_err(|e| format!("'{text}' is not a number: {e}"))?;
+    if rate.is_finite() && rate > 0.0 {
+        Ok(rate)
+    } else {
+        Err("must be a number of rows per second above 0".into())
+    }
+}
+
 async fn seed(args: &Args, rows: u64) -> anyhow::Result<ExitCode> {
     let sink = PostgresSink::builder(&args.source_url, "src", SinkMode::Upsert)
         .create_if_missing(SRC_DDL)
@@ -110,7 +122,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
         return seed(&args, rows).await;
     }
     let source = PostgresSource::builder(&args.source_url, "src", "id")
-        .batch_rows(args.batch_rows)
+        .batch_rows(args.batch_rows as usize)
         .connections(args.run.parallelism as u32 + 1)
         .build()
         .await

@@ -506,3 +506,49 @@ fn columns_are_checked_when_the_pipeline_is_built() {
     assert!(message.contains("union of 'gen', 'strings'"), "{message}");
     assert!(message.contains("schemas differ"), "{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn meaningless_settings_are_refused_with_what_to_do() {
+    let refused = |source: GeneratorSource| {
+        let pipeline = Pipeline::new("meaningless");
+        pipeline
+            .source("gen", source)
+            .sink("out", MemorySink::default());
+        pipeline.build().unwrap_err().to_string()
+    };
+    let message = refused(GeneratorSource::new(10, 0));
+    assert!(message.contains("source 'gen'"), "{message}");
+    assert!(message.contains("keys is 0"), "{message}");
+    let message = refused(GeneratorSource::new(10, 5).with_batch_rows(0));
+    assert!(message.contains("batch_rows is 0"), "{message}");
+    let message = refused(GeneratorSource::new(10, 5).with_splits(0));
+    assert!(message.contains("splits is 0"), "{message}");
+
+    let location = open_location("memory://").unwrap();
+    for (config, words) in [
+        (
+            JobConfig::with_location(location.clone()).retain(0),
+            "retain is 0",
+        ),
+        (
+            JobConfig::with_location(location.clone()).checkpoint_interval(Some(Duration::ZERO)),
+            "checkpoint interval is 0",
+        ),
+        (
+            JobConfig::with_location(location.clone()).checkpoint_every_rows(Some(0)),
+            "checkpoint_every_rows is 0",
+        ),
+        (
+            JobConfig::with_location(location.clone()).channel_capacity(0),
+            "channel_capacity is 0",
+        ),
+    ] {
+        let pipeline = Pipeline::new("config");
+        pipeline
+            .source("gen", GeneratorSource::new(10, 5))
+            .sink("out", MemorySink::default());
+        let error = pipeline.build().unwrap().run(config).await.unwrap_err();
+        assert!(matches!(error, Error::InvalidConfig(_)), "{error}");
+        assert!(error.to_string().contains(words), "{error}");
+    }
+}

@@ -231,4 +231,38 @@ fn bad_flags_get_a_clear_error() {
             text(&output)
         );
     }
+    // Values that cannot mean anything are refused as usage errors (exit 2),
+    // naming the flag, before anything runs.
+    let no_keys = Backfill {
+        keys: 0,
+        ..base.clone()
+    };
+    let no_subtasks = Backfill {
+        parallelism: 0,
+        ..base.clone()
+    };
+    let cases: [(Command, &str); 3] = [
+        (no_keys.command(), "'--keys <KEYS>': must be at least 1"),
+        (
+            no_subtasks.command(),
+            "'--parallelism <PARALLELISM>': must be at least 1",
+        ),
+        (
+            {
+                let mut command = base.command();
+                command.arg("--retain=0");
+                command
+            },
+            "'--retain <RETAIN>': must be at least 1",
+        ),
+    ];
+    for (mut command, expected) in cases {
+        let output = command.output().unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+        assert!(stderr(&output).contains(expected), "{}", text(&output));
+    }
+    assert!(
+        !base.state.exists() && !base.out.exists(),
+        "a refused run wrote state or output"
+    );
 }

@@ -40,6 +40,22 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(size.as_u64())
 }
 
+/// Parses a count that must be at least 1 (subtasks, keys, rows per batch).
+pub fn parse_at_least_one(text: &str) -> Result<u64, String> {
+    let n: u64 = text
+        .parse()
+        .map_err(|e| format!("'{text}' is not a whole number: {e}"))?;
+    if n == 0 {
+        return Err("must be at least 1".into());
+    }
+    Ok(n)
+}
+
+fn parse_usize_at_least_one(text: &str) -> Result<usize, String> {
+    let n = parse_at_least_one(text)?;
+    usize::try_from(n).map_err(|_| format!("{n} is too large"))
+}
+
 /// The flags every runner has: when to checkpoint, how wide, where state and
 /// reports go.
 #[derive(Debug, clap::Args)]
@@ -48,13 +64,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "1s", value_parser = parse_interval)]
     pub checkpoint_interval: Interval,
     /// Subtasks per operator.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, value_parser = parse_usize_at_least_one)]
     pub parallelism: usize,
     /// Where checkpoints go: a folder or URL.
     #[arg(long, default_value = "./tidewater-state")]
     pub state: String,
     /// Completed checkpoints to keep (at least 1).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, value_parser = parse_usize_at_least_one)]
     pub retain: usize,
     /// Write a JSON summary of the run here when it ends.
     #[arg(long)]

@@ -27,6 +27,11 @@ pub enum Error {
     #[error("invalid pipeline: {0}")]
     InvalidPipeline(String),
 
+    /// A job configuration that cannot mean anything (a zero retention, a
+    /// zero interval).
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
     /// A row or batch that an operator cannot take (types, values, parse errors).
     #[error("bad input: {0}")]
     BadInput(String),
@@ -135,6 +140,7 @@ impl Error {
     pub fn domain(&self) -> Domain {
         match self {
             Error::InvalidPipeline(_)
+            | Error::InvalidConfig(_)
             | Error::BadInput(_)
             | Error::IncompatibleState { .. }
             | Error::IncompatiblePartitioner { .. } => Domain::User,

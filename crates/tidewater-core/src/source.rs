@@ -29,6 +29,13 @@ pub trait Source: Send + Sync + 'static {
     /// The schema of every batch the source emits.
     fn schema(&self) -> SchemaRef;
 
+    /// Refuses a configuration that cannot mean anything (a zero batch size,
+    /// no keys): called when the source joins a pipeline, and reported by
+    /// `build`. The default accepts everything.
+    fn validate(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The splits of the whole input. Must be the same on every run with the
     /// same configuration: a restore refuses a checkpoint whose splits differ.
     async fn splits(&self) -> Result<Vec<Split>>;

@@ -59,6 +59,8 @@ pub struct PostgresSourceBuilder {
     splits: u64,
     batch_rows: i64,
     connections: u32,
+    /// Settings that cannot mean anything, refused by `build`.
+    refused: Vec<&'static str>,
 }
 
 impl PostgresSource {
@@ -73,6 +75,7 @@ impl PostgresSource {
             splits: 16,
             batch_rows: 50_000,
             connections: 8,
+            refused: Vec::new(),
         }
     }
 
@@ -134,24 +137,42 @@ impl PostgresSourceBuilder {
 
     /// Key ranges to cut the table into (default 16).
     pub fn splits(mut self, splits: u64) -> Self {
+        if splits == 0 {
+            self.refused
+                .push("splits is 0: the table needs at least one key range");
+        }
         self.splits = splits.max(1);
         self
     }
 
     /// Rows per query and per batch (default 50 000).
     pub fn batch_rows(mut self, rows: usize) -> Self {
+        if rows == 0 {
+            self.refused
+                .push("batch_rows is 0: a query must read at least one row");
+        }
         self.batch_rows = rows.clamp(1, i64::MAX as usize) as i64;
         self
     }
 
     /// Connections in the source's pool (default 8; one per reading subtask is enough).
     pub fn connections(mut self, connections: u32) -> Self {
+        if connections == 0 {
+            self.refused
+                .push("connections is 0: reading needs at least one connection");
+        }
         self.connections = connections.max(1);
         self
     }
 
     /// Connects, reads the table's columns and checks the configuration.
     pub async fn build(self) -> Result<PostgresSource> {
+        if let Some(why) = self.refused.first() {
+            return Err(Error::InvalidPipeline(format!(
+                "postgres source on '{}': {why}",
+                self.table
+            )));
+        }
         let pool = PgPoolOptions::new()
             .max_connections(self.connections)
             .acquire_timeout(Duration::from_secs(30))

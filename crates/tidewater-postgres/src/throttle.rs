@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use tidewater_core::events::{InternalEvent, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
-use tidewater_core::{Result, Throttle};
+use tidewater_core::{Error, Result, Throttle};
 use tokio::sync::{Notify, OnceCell};
 
 use crate::errors::db_error;
@@ -121,6 +121,7 @@ impl ReplicaLagThrottle {
     }
 
     async fn start(&self) -> Result<()> {
+        check_marks(self.inner.high, self.inner.low)?;
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .connect(&self.inner.url)
@@ -201,6 +202,27 @@ impl Throttle for ReplicaLagThrottle {
     }
 }
 
+/// Refuses marks that cannot work: a throttle that resumes only below a
+/// lag above the one it pauses at would flap, and a zero high mark pauses
+/// for any lag at all.
+fn check_marks(high: Duration, low: Duration) -> Result<()> {
+    if high.is_zero() {
+        return Err(Error::InvalidPipeline(
+            "replica-lag throttle: the high mark is 0, so any lag would pause the sources; \
+             give a high mark above zero (e.g. 10s)"
+                .into(),
+        ));
+    }
+    if low > high {
+        return Err(Error::InvalidPipeline(format!(
+            "replica-lag throttle: the low mark ({low:?}) is above the high mark ({high:?}); \
+             sources pause above the high mark and resume below the low one, so the low mark \
+             must be at most the high mark"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,5 +259,19 @@ mod tests {
         assert_eq!(second.inner.low, Duration::from_secs(2));
         assert_eq!(clone.inner.low, Duration::from_secs(5));
         assert!(!Arc::ptr_eq(&second.inner, &clone.inner));
+    }
+
+    #[test]
+    fn marks_that_cannot_work_are_refused() {
+        let s = Duration::from_secs;
+        assert!(check_marks(s(10), s(5)).is_ok());
+        assert!(check_marks(s(10), s(10)).is_ok());
+        let err = check_marks(s(5), s(10)).unwrap_err().to_string();
+        assert!(
+            err.contains("low mark") && err.contains("above the high mark"),
+            "{err}"
+        );
+        let err = check_marks(s(0), s(0)).unwrap_err().to_string();
+        assert!(err.contains("high mark is 0"), "{err}");
     }
 }

@@ -73,13 +73,15 @@ impl Pipeline {
     /// Adds a source.
     pub fn source(&self, uid: impl Into<String>, source: impl Source) -> Stream {
         let schema = Some(source.schema());
+        let uid = uid.into();
+        let problem = source.validate().err().map(|e| match e {
+            Error::InvalidPipeline(why) => format!("source '{uid}': {why}"),
+            other => format!("source '{uid}': {other}"),
+        });
         let mut graph = lock(&self.graph);
-        graph.push(Node::new(
-            uid.into(),
-            NodeBody::Source(Arc::new(source)),
-            Vec::new(),
-            schema,
-        ));
+        let mut node = Node::new(uid, NodeBody::Source(Arc::new(source)), Vec::new(), schema);
+        node.problems.extend(problem);
+        graph.push(node);
         Stream {
             graph: self.graph.clone(),
             producers: vec![graph.len() - 1],

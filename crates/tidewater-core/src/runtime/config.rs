@@ -30,6 +30,8 @@ pub struct JobConfig {
     pub(crate) restore: RestoreOptions,
     pub(crate) max_restarts: u32,
     pub(crate) restart_backoff: Duration,
+    /// Settings that cannot mean anything: the job refuses to start.
+    pub(crate) refused: Vec<String>,
 }
 
 impl JobConfig {
@@ -50,30 +52,52 @@ impl JobConfig {
             restore: RestoreOptions::default(),
             max_restarts: 3,
             restart_backoff: Duration::from_secs(1),
+            refused: Vec::new(),
         }
     }
 
     /// Time between checkpoints; `None` turns periodic checkpoints off (a
     /// final checkpoint and savepoints are still taken).
     pub fn checkpoint_interval(mut self, interval: Option<Duration>) -> Self {
+        if interval == Some(Duration::ZERO) {
+            self.refused.push(
+                "the checkpoint interval is 0: give a duration above zero, or None to turn \
+                 periodic checkpoints off"
+                    .into(),
+            );
+        }
         self.interval = interval;
         self
     }
 
     /// Also checkpoint after this many rows read since the last trigger.
     pub fn checkpoint_every_rows(mut self, rows: Option<u64>) -> Self {
+        if rows == Some(0) {
+            self.refused
+                .push("checkpoint_every_rows is 0: give a row count above zero, or None".into());
+        }
         self.every_rows = rows.filter(|r| *r > 0);
         self
     }
 
     /// How many completed checkpoints to keep (at least 1; default 3).
     pub fn retain(mut self, checkpoints: usize) -> Self {
+        if checkpoints == 0 {
+            self.refused.push(
+                "retain is 0: a restore needs at least the newest checkpoint, keep 1 or more"
+                    .into(),
+            );
+        }
         self.retain = checkpoints.max(1);
         self
     }
 
     /// Batches buffered per channel (default 4): the backpressure window.
     pub fn channel_capacity(mut self, batches: usize) -> Self {
+        if batches == 0 {
+            self.refused
+                .push("channel_capacity is 0: a channel must hold at least one batch".into());
+        }
         self.channel_capacity = batches.max(1);
         self
     }

@@ -14,7 +14,7 @@ use super::progress::Progress;
 use super::restore::{RestoreResult, restore};
 use super::wiring::{Setup, context, wire};
 use crate::checkpoint::StateStore;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::events::{InternalEvent, JobCompleted, JobFenced, JobRestarting, JobStarting};
 use crate::operator::Operator;
 use crate::pipeline::graph::{ChainPlan, Node, NodeBody};
@@ -103,6 +103,9 @@ async fn run(
     progress: Arc<Progress>,
     cancel: watch::Receiver<bool>,
 ) -> Result<Outcome> {
+    if let Some(why) = config.refused.first() {
+        return Err(Error::InvalidConfig(why.clone()));
+    }
     let mut restarts = 0;
     loop {
         match run_once(&job, &config, progress.clone(), cancel.clone()).await {

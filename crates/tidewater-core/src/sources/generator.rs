@@ -41,12 +41,23 @@ pub struct GeneratorSource {
     splits: u64,
     batch_rows: usize,
     schema: SchemaRef,
+    /// Settings that cannot mean anything, refused by `validate`.
+    refused: Vec<String>,
 }
 
 impl GeneratorSource {
-    /// `rows` rows with keys in `0..keys` (`keys` of 0 is treated as 1).
+    /// `rows` rows with keys in `0..keys`; `keys` must be at least 1 (a
+    /// pipeline with `keys` of 0 is refused when built).
     pub fn new(rows: u64, keys: u64) -> Self {
         GeneratorSource {
+            refused: (keys == 0)
+                .then(|| {
+                    "keys is 0, but k = splitmix64(id) % keys needs at least one key: pass \
+                     --keys 1 or more"
+                        .to_string()
+                })
+                .into_iter()
+                .collect(),
             rows,
             keys: keys.max(1),
             splits: 32,
@@ -60,14 +71,22 @@ impl GeneratorSource {
         }
     }
 
-    /// Divides the rows into `splits` ranges (default 32).
+    /// Divides the rows into `splits` ranges (default 32, at least 1).
     pub fn with_splits(mut self, splits: u64) -> Self {
+        if splits == 0 {
+            self.refused
+                .push("splits is 0: the rows need at least one split".into());
+        }
         self.splits = splits.max(1);
         self
     }
 
-    /// Rows per batch (default 8192).
+    /// Rows per batch (default 8192, at least 1).
     pub fn with_batch_rows(mut self, rows: usize) -> Self {
+        if rows == 0 {
+            self.refused
+                .push("batch_rows is 0: a batch needs at least one row".into());
+        }
         self.batch_rows = rows.max(1);
         self
     }
@@ -146,6 +165,13 @@ fn push_hex16(out: &mut Vec<u8>, value: u64) {
 
 #[async_trait]
 impl Source for GeneratorSource {
+    fn validate(&self) -> Result<()> {
+        match self.refused.first() {
+            Some(why) => Err(Error::InvalidPipeline(format!("generator: {why}"))),
+            None => Ok(()),
+        }
+    }
+
     fn kind(&self) -> &str {
         "generator"
     }
