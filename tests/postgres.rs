@@ -585,3 +585,44 @@ async fn every_mapped_type_reads_exactly_and_an_unsupported_one_is_named() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_cannot_work_says_why_within_seconds() {
+    use tidewater::postgres::{PostgresSink, PostgresSource, SinkMode};
+    let Some((primary, _)) = servers() else {
+        return;
+    };
+    let started = Instant::now();
+    // Nothing listens on port 1: refused at once, not a pool timeout.
+    let refused = PostgresSource::builder("postgres://postgres@127.0.0.1:1/postgres", "src", "id")
+        .build()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("connection refused by 127.0.0.1:1")
+            && refused.contains("is PostgreSQL running there"),
+        "{refused}"
+    );
+    assert!(!refused.contains("pool timed out"), "{refused}");
+    // A database that does not exist, on a server that is up.
+    let missing = with_database(&primary, "no_such_database_here");
+    let absent = PostgresSink::builder(&missing, "dst", SinkMode::Upsert)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(absent, tidewater::Error::InvalidConfig(_)),
+        "{absent}"
+    );
+    let absent = absent.to_string();
+    assert!(
+        absent.contains("database 'no_such_database_here' does not exist"),
+        "{absent}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "took {:?}: the cause must come before any pool timeout",
+        started.elapsed()
+    );
+}

@@ -1,6 +1,94 @@
 //! How database errors become tidewater errors: whose fault, and whether a retry helps.
 
-use tidewater_core::Error;
+use std::time::Duration;
+
+use sqlx::Connection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use tidewater_core::{Error, Result};
+
+/// How long a first connection may take before the server counts as unreachable.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens one connection to `url` to learn at once whether the server can be
+/// reached and lets this user in: a pool would retry a refused connection
+/// until its timeout and then report only the timeout. `what` names the
+/// connection's use in messages (e.g. "the source").
+pub async fn probe(url: &str, what: &str) -> Result<()> {
+    let options: PgConnectOptions = url.parse().map_err(|e| {
+        Error::InvalidConfig(format!(
+            "PostgreSQL, {what}: the connection URL is not valid ({e}); write it as \
+             postgres://user:password@host:port/database"
+        ))
+    })?;
+    let (host, port) = (options.get_host().to_string(), options.get_port());
+    match tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(&options)).await {
+        Ok(Ok(connection)) => {
+            let _ = connection.close().await;
+            Ok(())
+        }
+        Ok(Err(error)) => Err(explain_connect(what, &options, &host, port, error)),
+        Err(_) => Err(Error::External {
+            message: format!(
+                "PostgreSQL, {what}: no answer from {host}:{port} within {} s: is the address \
+                 right, and does the network (a firewall, a security group) let it through?",
+                PROBE_TIMEOUT.as_secs()
+            ),
+            retryable: true,
+        }),
+    }
+}
+
+/// Says why a connection failed, in the words of what to check.
+fn explain_connect(
+    what: &str,
+    options: &PgConnectOptions,
+    host: &str,
+    port: u16,
+    error: sqlx::Error,
+) -> Error {
+    let user = options.get_username();
+    let database = options.get_database().unwrap_or(user);
+    if let sqlx::Error::Io(io) = &error {
+        let message = match io.kind() {
+            std::io::ErrorKind::ConnectionRefused => Some(format!(
+                "connection refused by {host}:{port}: is PostgreSQL running there, and on that port?"
+            )),
+            std::io::ErrorKind::NotFound => Some(format!(
+                "the host '{host}' cannot be found: check the host name in the URL"
+            )),
+            _ => None,
+        };
+        if let Some(message) = message {
+            return Error::External {
+                message: format!("PostgreSQL, {what}: {message}"),
+                retryable: true,
+            };
+        }
+    }
+    let code = error
+        .as_database_error()
+        .and_then(|d| d.code().map(|c| c.to_string()));
+    let mistake = match code.as_deref() {
+        Some("28P01") => Some(format!(
+            "password authentication failed for user '{user}': check the user and password in \
+             the URL"
+        )),
+        Some("3D000") => Some(format!(
+            "database '{database}' does not exist on {host}:{port}: create it, or fix the \
+             database in the URL"
+        )),
+        Some("28000") => Some(format!(
+            "the server at {host}:{port} does not let user '{user}' into database '{database}' \
+             ({error}); its pg_hba.conf needs an entry for this host, user and database (or the \
+             connection must use TLS)"
+        )),
+        _ => None,
+    };
+    match mistake {
+        Some(message) => Error::InvalidConfig(format!("PostgreSQL, {what}: {message}")),
+        None => db_error(&format!("connecting {what} to {host}:{port}"), error),
+    }
+}
 
 /// A mistake in the configuration or the data: say what to fix.
 pub fn user_error(message: String) -> Error {

@@ -15,7 +15,8 @@ use tidewater_core::events::{
 use tidewater_core::{CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext};
 
 use crate::errors::{
-    constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, user_error,
+    constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, probe,
+    user_error,
 };
 use crate::schema::{PgColumn, describe, primary_key, quote_ident, quote_table};
 use crate::source::redact;
@@ -105,6 +106,7 @@ impl PostgresSinkBuilder {
 
     /// Connects, creates what is missing, and reads the table's columns and key.
     pub async fn build(self) -> Result<PostgresSink> {
+        probe(&self.url, "the sink").await?;
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))

@@ -18,7 +18,7 @@ use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
 
 use crate::copy::COPY_TRAILER;
 use crate::decode::{ColumnBuilder, decode_copy};
-use crate::errors::{db_error, is_connection_error, user_error};
+use crate::errors::{db_error, is_connection_error, probe, user_error};
 use crate::schema::{PgColumn, describe, quote_ident, quote_table};
 
 /// How often a read is retried after the connection dropped.
@@ -173,6 +173,7 @@ impl PostgresSourceBuilder {
                 self.table
             )));
         }
+        probe(&self.url, "the source").await?;
         let pool = PgPoolOptions::new()
             .max_connections(self.connections)
             .acquire_timeout(Duration::from_secs(30))

@@ -10,7 +10,7 @@ use tidewater_core::events::{InternalEvent, ThrottleCheckFailed, ThrottlePaused,
 use tidewater_core::{Error, Result, Throttle};
 use tokio::sync::{Notify, OnceCell};
 
-use crate::errors::db_error;
+use crate::errors::{db_error, probe};
 
 /// Where the lag is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +122,7 @@ impl ReplicaLagThrottle {
 
     async fn start(&self) -> Result<()> {
         check_marks(self.inner.high, self.inner.low)?;
+        probe(&self.inner.url, "the replica-lag throttle").await?;
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .connect(&self.inner.url)
