@@ -354,8 +354,91 @@ pub fn exit_code(result: anyhow::Result<ExitCode>) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", describe_error(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// An error and its causes, outermost first, each said once: a cause whose
+/// words its outer error already quotes (as `tidewater::Error::Storage`
+/// quotes the object store's error, which quotes the file system's) is not
+/// repeated. A full disk gets the remedy.
+pub fn describe_error(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let words = cause.to_string();
+        if text.contains(words.as_str()) {
+            continue;
+        }
+        // A cause that quotes everything said so far replaces it.
+        if !text.is_empty() && words.contains(text.as_str()) {
+            text = words;
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&words);
+    }
+    let full = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+    }) || text.contains("No space left on device")
+        || text.contains("os error 28");
+    if full {
+        text.push_str(
+            ". The volume is full: free space there, or point --out and --state at another \
+             volume; running the same command again resumes from the last completed checkpoint",
+        );
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Quoting(String, Option<Box<Quoting>>);
+
+    impl std::fmt::Display for Quoting {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Quoting {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn each_cause_is_said_once_outermost_first() {
+        // Three levels, each quoting the next: said once.
+        let disk = "Unable to copy data to file: No space left on device (os error 28)";
+        let store = format!("Generic LocalFileSystem error: {disk}");
+        let outer = format!("storage: stage 'part-00003' failed: {store}");
+        let error = anyhow::Error::new(Quoting(
+            outer.clone(),
+            Some(Box::new(Quoting(
+                store,
+                Some(Box::new(Quoting(disk.into(), None))),
+            ))),
+        ));
+        let text = describe_error(&error);
+        assert_eq!(text.matches("No space left on device").count(), 1, "{text}");
+        assert!(text.starts_with(&outer), "{text}");
+        assert!(text.contains("The volume is full"), "{text}");
+        assert!(
+            text.contains("resumes from the last completed checkpoint"),
+            "{text}"
+        );
+        // Causes that add something are kept, outermost first.
+        let error =
+            anyhow::Error::new(Quoting("bad table".into(), None)).context("opening --state x");
+        assert_eq!(describe_error(&error), "opening --state x: bad table");
     }
 }
