@@ -12,6 +12,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# No test may reach the cloud instance-metadata endpoint: an S3 URL without
+# credentials is refused at once instead of looked up there.
+export AWS_EC2_METADATA_DISABLED=true
+
 step "format"
 cargo fmt --all -- --check
 

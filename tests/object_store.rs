@@ -549,3 +549,41 @@ fn on_s3_a_woken_run_never_tears_a_file_or_wedges_the_job() {
     }
     eprintln!("{exact} of {trials} trials left exact output");
 }
+
+#[test]
+fn s3_without_credentials_says_so_and_how_to_provide_them() {
+    // No server is needed, and none is contacted: with the metadata lookup
+    // turned off, the missing credentials are refused before any request.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let job = Backfill {
+        state: "s3://some-bucket/x".into(),
+        ..Backfill::new(dir.path(), "copy", 1000, 10)
+    };
+    let mut command = job.command();
+    for var in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_SKIP_SIGNATURE",
+    ] {
+        command.env_remove(var);
+    }
+    command.env("AWS_EC2_METADATA_DISABLED", "true");
+    let started = std::time::Instant::now();
+    let output = command.output().expect("running the backfill");
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no S3 credentials were found"), "{stderr}");
+    assert!(
+        stderr.contains("AWS_ACCESS_KEY_ID") && stderr.contains("AWS_EC2_METADATA_DISABLED"),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+}

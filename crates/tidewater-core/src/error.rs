@@ -185,6 +185,17 @@ impl Error {
 
     /// An error from a storage call.
     pub fn storage(action: &'static str, path: impl ToString, source: object_store::Error) -> Self {
+        // Without credentials in the environment the S3 client asks the
+        // cloud instance-metadata endpoint; off a cloud that fails with a
+        // token-request error that says nothing of credentials.
+        let text = source.to_string();
+        if text.contains("169.254.169.254") || text.contains("token request") {
+            return Error::InvalidConfig(format!(
+                "{action} '{}': no S3 credentials were found, and looking them up at the cloud \
+                 instance-metadata endpoint failed ({text}). {NO_CREDENTIALS}",
+                path.to_string()
+            ));
+        }
         Error::Storage {
             action,
             path: path.to_string(),
@@ -192,6 +203,15 @@ impl Error {
         }
     }
 }
+
+/// How to give tidewater S3 credentials, for the messages that lack them.
+pub(crate) const NO_CREDENTIALS: &str = "Provide them with AWS_ACCESS_KEY_ID and \
+    AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary ones), a web identity \
+    (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN), a container role \
+    (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI), or AWS_SKIP_SIGNATURE=true for a public bucket; \
+    on a cloud instance with a role, leave AWS_EC2_METADATA_DISABLED unset. Outside a cloud, \
+    set AWS_EC2_METADATA_DISABLED=true so that tidewater does not wait on the metadata \
+    endpoint (docs/connectors/parquet.md)";
 
 /// `name: type, ...` of a schema's columns, for messages that list them.
 pub(crate) fn field_list(schema: &arrow::datatypes::Schema) -> String {

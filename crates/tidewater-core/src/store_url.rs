@@ -142,7 +142,7 @@ mod cloud {
     use url::Url;
 
     use super::{StoreLocation, unsupported};
-    use crate::error::{Error, Result};
+    use crate::error::{Error, NO_CREDENTIALS, Result};
 
     type Both = (Arc<dyn ObjectStore>, Arc<dyn MultipartStore>);
 
@@ -156,12 +156,36 @@ mod cloud {
         })
     }
 
+    /// Whether the environment names a source of S3 credentials other than
+    /// the cloud instance-metadata endpoint.
+    pub(super) fn s3_credentials_configured(var: impl Fn(&str) -> Option<String>) -> bool {
+        let set = |name: &str| var(name).is_some_and(|v| !v.is_empty());
+        (set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY"))
+            || set("AWS_WEB_IDENTITY_TOKEN_FILE")
+            || set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+            || set("AWS_CONTAINER_CREDENTIALS_FULL_URI")
+            || var("AWS_SKIP_SIGNATURE").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    /// Whether the instance-metadata lookup is turned off
+    /// (`AWS_EC2_METADATA_DISABLED=true`, as the AWS tools spell it).
+    pub(super) fn metadata_lookup_disabled(var: impl Fn(&str) -> Option<String>) -> bool {
+        var("AWS_EC2_METADATA_DISABLED").is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
     /// Opens an `s3://`, `gs://` or `az://` URL with credentials from the environment.
     pub(super) fn open(url: &Url, display: String) -> Result<StoreLocation> {
         let (scheme, prefix) = ObjectStoreScheme::parse(url).map_err(|_| unsupported(url))?;
         let url_text = url.as_str();
         let built = match scheme {
             ObjectStoreScheme::AmazonS3 => {
+                if !s3_credentials_configured(|name| std::env::var(name).ok())
+                    && metadata_lookup_disabled(|name| std::env::var(name).ok())
+                {
+                    return Err(Error::InvalidConfig(format!(
+                        "cannot open '{display}': no S3 credentials were found. {NO_CREDENTIALS}"
+                    )));
+                }
                 both(AmazonS3Builder::from_env().with_url(url_text).build())
             }
             ObjectStoreScheme::GoogleCloudStorage => both(
@@ -212,4 +236,50 @@ fn unsupported(url: &Url) -> Error {
         "storage URL scheme '{}' in '{url}' is not supported: use a local folder, file://, memory://{cloud}",
         url.scheme()
     ))
+}
+
+#[cfg(all(test, feature = "cloud"))]
+mod tests {
+    use super::cloud::{metadata_lookup_disabled, s3_credentials_configured};
+
+    #[test]
+    fn where_s3_credentials_come_from() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        // (environment, credentials configured)
+        let cases: &[(&'static [(&'static str, &'static str)], bool)] = &[
+            (&[], false),
+            (&[("AWS_ACCESS_KEY_ID", "a")], false),
+            (
+                &[("AWS_ACCESS_KEY_ID", "a"), ("AWS_SECRET_ACCESS_KEY", "b")],
+                true,
+            ),
+            (
+                &[("AWS_ACCESS_KEY_ID", ""), ("AWS_SECRET_ACCESS_KEY", "b")],
+                false,
+            ),
+            (&[("AWS_WEB_IDENTITY_TOKEN_FILE", "/t")], true),
+            (&[("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "/v2/x")], true),
+            (&[("AWS_SKIP_SIGNATURE", "true")], true),
+            (&[("AWS_SKIP_SIGNATURE", "false")], false),
+        ];
+        for (pairs, want) in cases {
+            assert_eq!(s3_credentials_configured(env(pairs)), *want, "{pairs:?}");
+        }
+        assert!(metadata_lookup_disabled(env(&[(
+            "AWS_EC2_METADATA_DISABLED",
+            "TRUE"
+        )])));
+        assert!(!metadata_lookup_disabled(env(&[(
+            "AWS_EC2_METADATA_DISABLED",
+            "false"
+        )])));
+        assert!(!metadata_lookup_disabled(env(&[])));
+    }
 }
