@@ -3,7 +3,14 @@
 //! parallelism, state, retention, report files), shows progress, turns
 //! SIGINT/SIGTERM into a savepoint, writes the status and summary files the
 //! benchmarks read, and maps the outcome to an exit code (0 complete, 1
-//! failed, 3 cancelled and resumable). The examples use it; so will the
-//! `tidewater` binary.
+//! failed, 3 cancelled and resumable). The examples use it, and so does the
+//! `tidewater` binary: [`spec`] reads TOML specs (every problem at its line
+//! and column), [`build`] turns one into a job, [`commands`] are its
+//! subcommands.
 
+pub mod build;
+pub mod commands;
+pub mod events;
+pub mod progress;
 pub mod runner;
+pub mod spec;

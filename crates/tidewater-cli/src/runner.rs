@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
+use tidewater_core::events::InternalEvent;
 use tidewater_core::{Job, JobConfig, Outcome, ProgressSnapshot, Summary};
 
 /// A checkpoint interval flag; `None` is `off`.
@@ -51,7 +51,8 @@ pub fn parse_at_least_one(text: &str) -> Result<u64, String> {
     Ok(n)
 }
 
-fn parse_usize_at_least_one(text: &str) -> Result<usize, String> {
+/// Parses a count that must be at least 1, as a `usize`.
+pub fn parse_usize_at_least_one(text: &str) -> Result<usize, String> {
     let n = parse_at_least_one(text)?;
     usize::try_from(n).map_err(|_| format!("{n} is too large"))
 }
@@ -96,18 +97,31 @@ impl RunArgs {
             status_file: self.status_file.clone(),
             state: self.state.clone(),
             out: out.to_string(),
+            progress: ProgressMode::Auto,
+            progress_interval: Some(Duration::from_secs(10)),
         }
     }
 }
 
-/// Logs to stderr, `RUST_LOG` or `info`.
+/// Logs to stderr, `RUST_LOG` or `info`; a line never tears a progress bar.
 pub fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging_for(ProgressMode::Auto);
+}
+
+/// Logs to stderr for a run showing progress as `mode` says: with `json`
+/// progress, logs are JSON too, so that stderr stays machine-readable.
+pub fn init_logging_for(mode: ProgressMode) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(|| crate::progress::BarSafeStderr);
+    // A second init (tests calling twice) keeps the first subscriber.
+    let _ = match mode {
+        ProgressMode::Json => builder.json().try_init(),
+        _ => builder.try_init(),
+    };
 }
 
 /// Where the run reports, besides the terminal.
@@ -121,6 +135,37 @@ pub struct Reporting {
     pub state: String,
     /// For messages.
     pub out: String,
+    /// How progress is shown.
+    pub progress: ProgressMode,
+    /// Time between progress lines (`plain` and `json`).
+    pub progress_interval: Option<Duration>,
+}
+
+/// How a run shows its progress.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProgressMode {
+    /// A bar on a terminal, plain lines otherwise.
+    #[default]
+    Auto,
+    /// A live bar.
+    Bar,
+    /// A line of text every interval (through the log).
+    Plain,
+    /// A JSON object per line on stderr every interval.
+    Json,
+    /// Nothing but the final line.
+    Off,
+}
+
+impl ProgressMode {
+    /// What `Auto` means here.
+    pub fn resolved(self) -> ProgressMode {
+        match self {
+            ProgressMode::Auto if std::io::stderr().is_terminal() => ProgressMode::Bar,
+            ProgressMode::Auto => ProgressMode::Plain,
+            other => other,
+        }
+    }
 }
 
 /// Peak resident memory of this process, from /proc (0 where unavailable).
@@ -243,20 +288,19 @@ pub async fn run_job(
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
-    let bar = std::io::stderr().is_terminal().then(|| {
-        let bar = ProgressBar::new(1);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {percent:>3}% {msg}").expect("valid template"),
-        );
-        bar
-    });
+    let mode = reporting.progress.resolved();
+    let bar = (mode == ProgressMode::Bar).then(crate::progress::start_bar);
     if let Some(path) = reporting.status_file.clone() {
         // An OS thread: busy workers delay tokio's timers, and a probe must not lag.
         let control = control.clone();
         std::thread::spawn(move || {
             loop {
                 if let Err(e) = write_json(&path, &status_json(&control.progress())) {
-                    tracing::warn!("cannot write the status file {}: {e}", path.display());
+                    crate::events::StatusFileFailed {
+                        path: &path,
+                        error: &e,
+                    }
+                    .emit();
                     return;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -264,8 +308,11 @@ pub async fn run_job(
         });
     }
     let started = Instant::now();
-    let mut ticker = tokio::time::interval(Duration::from_secs(1));
-    let mut ticks = 0u64;
+    let mut ticker = tokio::time::interval(Duration::from_millis(200));
+    let every = reporting
+        .progress_interval
+        .unwrap_or(Duration::from_secs(10));
+    let mut last_line = Instant::now();
     let outcome = loop {
         let signal = tokio::select! {
             outcome = &mut join => break outcome,
@@ -273,25 +320,26 @@ pub async fn run_job(
             _ = terminate.recv() => "SIGTERM",
             _ = ticker.tick() => {
                 let p = control.progress();
-                match &bar {
-                    Some(bar) => {
-                        bar.set_length(p.rows_total.max(1));
-                        bar.set_position(p.rows_read);
-                        bar.set_message(progress_line(&p));
+                match (&bar, mode) {
+                    (Some(bar), _) => crate::progress::update_bar(bar, &p),
+                    (None, ProgressMode::Plain | ProgressMode::Json) if last_line.elapsed() >= every => {
+                        last_line = Instant::now();
+                        if mode == ProgressMode::Json {
+                            eprintln!("{}", crate::progress::progress_json(&p));
+                        } else {
+                            crate::events::ProgressReported { line: crate::progress::progress_text(&p) }.emit();
+                        }
                     }
-                    // Without a terminal, a log line every 5 s.
-                    None if ticks % 5 == 4 => tracing::info!("{}", progress_line(&p)),
-                    None => {}
+                    _ => {}
                 }
-                ticks += 1;
                 continue;
             }
         };
-        tracing::info!("{signal}: taking a savepoint, then stopping");
+        crate::events::CancelRequested { signal }.emit();
         control.cancel();
     };
     if let Some(bar) = &bar {
-        bar.finish_and_clear();
+        crate::progress::finish_bar(bar);
     }
     let outcome = outcome?;
     if let Some(path) = &reporting.summary_json {

@@ -214,7 +214,7 @@ pub(crate) const NO_CREDENTIALS: &str = "Provide them with AWS_ACCESS_KEY_ID and
     endpoint (docs/connectors/parquet.md)";
 
 /// `name: type, ...` of a schema's columns, for messages that list them.
-pub(crate) fn field_list(schema: &arrow::datatypes::Schema) -> String {
+pub fn field_list(schema: &arrow::datatypes::Schema) -> String {
     schema
         .fields()
         .iter()

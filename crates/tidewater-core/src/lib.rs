@@ -24,7 +24,7 @@ mod throttle;
 pub mod transforms;
 
 pub use checkpoint::restore::RestoreOptions;
-pub use error::{Domain, Error, Result};
+pub use error::{Domain, Error, Result, field_list};
 pub use ids::{CheckpointId, Epoch};
 pub use operator::{Collector, Operator, OperatorFactory, TaskContext};
 pub use pipeline::{KeyedStream, Partitioning, Pipeline, SinkRef, Stream};

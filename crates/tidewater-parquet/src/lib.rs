@@ -15,5 +15,5 @@ mod object_reader;
 mod sink;
 mod source;
 
-pub use sink::{ParquetSink, ParquetSinkOptions};
+pub use sink::{ParquetSink, ParquetSinkOptions, describe_writer_state};
 pub use source::{OnCorruptFile, ParquetSource, ParquetSourceBuilder};

@@ -207,8 +207,10 @@ impl Stream {
         self
     }
 
-    /// The schema of this stream's batches, where the builder knows it.
-    fn schema(&self) -> Option<SchemaRef> {
+    /// The schema of this stream's batches, where the builder knows it
+    /// (sources, filters, aggregates and operators added with
+    /// [`transform_to`](Self::transform_to) declare theirs).
+    pub fn schema(&self) -> Option<SchemaRef> {
         let graph = lock(&self.graph);
         let first = graph[self.producers[0]].schema.clone()?;
         self.producers[1..]
@@ -354,6 +356,18 @@ impl Stream {
         self.then(uid.into(), NodeBody::Operator(factory))
     }
 
+    /// Adds a user operator whose output schema is `schema`, so that what
+    /// reads it is checked when the pipeline is built.
+    pub fn transform_to<O, F>(self, uid: impl Into<String>, schema: SchemaRef, factory: F) -> Stream
+    where
+        O: Operator,
+        F: Fn(&TaskContext) -> Result<O> + Send + Sync + 'static,
+    {
+        let factory: OperatorFactory =
+            Arc::new(move |ctx: &TaskContext| Ok(Box::new(factory(ctx)?) as Box<dyn Operator>));
+        self.then_with(uid.into(), NodeBody::Operator(factory), Some(schema))
+    }
+
     /// Partitions the stream by the hash of `columns`: every row with the same
     /// key reaches the same subtask of the next operator.
     pub fn key_by<I, S>(self, columns: I) -> KeyedStream
@@ -426,6 +440,10 @@ impl KeyedStream {
     /// for `uid`.
     pub fn aggregate(self, uid: impl Into<String>, spec: AggregateSpec) -> Stream {
         let uid = uid.into();
+        let output = self
+            .stream
+            .schema()
+            .and_then(|input| spec.output_schema(&self.keys, &input).ok());
         if let Some(schema) = self.stream.schema() {
             for expr in spec.exprs() {
                 if let Some(input) = &expr.column
@@ -470,7 +488,7 @@ impl KeyedStream {
                 )?) as Box<dyn Operator>)
             }));
         }
-        local.key_by(keys.clone()).keyed().then(
+        local.key_by(keys.clone()).keyed().then_with(
             uid,
             NodeBody::Operator(Arc::new(move |_: &TaskContext| {
                 Ok(
@@ -478,6 +496,7 @@ impl KeyedStream {
                         as Box<dyn Operator>,
                 )
             })),
+            output,
         )
     }
 

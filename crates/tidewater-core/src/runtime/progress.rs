@@ -44,7 +44,7 @@ pub struct Progress {
 }
 
 /// A consistent-enough reading of [`Progress`].
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProgressSnapshot {
     /// Rows the sources emitted, including those before a restore.
     pub rows_read: u64,

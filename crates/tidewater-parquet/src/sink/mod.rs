@@ -73,6 +73,27 @@ impl ParquetSinkOptions {
     }
 }
 
+/// What a Parquet sink writer's checkpointed state holds, in words: the
+/// file it had open (its final name, the parts uploaded, the bytes encoded)
+/// and the rows not yet encoded. For `tidewater checkpoints inspect`.
+pub fn describe_writer_state(uid: &str, subtask: usize, state: &RecordBatch) -> Result<String> {
+    let state = WriterState::decode(state)?;
+    let rows: usize = state.rows.iter().map(RecordBatch::num_rows).sum();
+    Ok(match &state.meta.open {
+        Some(open) => format!(
+            "open file part-{uid}-{subtask:04}-{:06}.parquet: {} parts uploaded, {} bytes \
+             encoded, {rows} rows buffered",
+            open.seq,
+            open.parts.len(),
+            open.emitted
+        ),
+        None => format!(
+            "no open file ({rows} rows buffered); the next file is #{}",
+            state.meta.next_seq
+        ),
+    })
+}
+
 /// Writes `*.parquet` files directly under a folder or object-store prefix,
 /// each visible only once the checkpoint after it was finished completes.
 ///

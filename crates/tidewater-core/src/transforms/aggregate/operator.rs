@@ -222,12 +222,11 @@ impl AggregateOperator {
                 slot,
             )
             .ok_or_else(|| Error::Internal(format!("no accumulator for '{}'", expr.output)))?;
-            let nullable = !matches!(expr.function, AggregateFunction::Count);
-            fields.push(Field::new(
-                &expr.output,
-                accumulator.output_type(),
-                nullable,
-            ));
+            let field = expr
+                .output_field(cast_to.as_ref().or(source_type.as_ref()))
+                .ok_or_else(|| Error::Internal(format!("no output type for '{}'", expr.output)))?;
+            debug_assert_eq!(field.data_type(), &accumulator.output_type());
+            fields.push(field);
             input_indices.push(index);
             input_types.push(cast_to);
             accumulators.push(accumulator);

@@ -209,3 +209,44 @@ fn an_overflowing_int_sum_is_named_in_either_loop() {
         );
     }
 }
+
+#[test]
+fn the_declared_output_schema_is_what_both_phases_emit() {
+    let spec = Arc::new(
+        AggregateSpec::new()
+            .count("n")
+            .count_values("v", "nv")
+            .sum("v", "sum_v")
+            .max("k", "max_k")
+            .min("v", "min_v"),
+    );
+    let input = batch(vec![1, 2, 1], vec![Some(1.0), None, Some(3.0)]);
+    let keys = vec!["k".to_string()];
+    let declared = spec.output_schema(&keys, &input.schema()).unwrap();
+    // One phase.
+    let mut single = AggregateOperator::new(keys.clone(), spec.clone()).unwrap();
+    single
+        .process(input.clone(), &mut Collector::default())
+        .unwrap();
+    assert_eq!(single.output().unwrap().unwrap().schema(), declared);
+    // Two phases: partials, then the merge.
+    let mut local = AggregateOperator::new(keys.clone(), spec.clone()).unwrap();
+    let partials = local.partial_rows(&input).unwrap();
+    let mut merging = AggregateOperator::merging(keys.clone(), spec.clone()).unwrap();
+    merging
+        .process(partials, &mut Collector::default())
+        .unwrap();
+    assert_eq!(merging.output().unwrap().unwrap().schema(), declared);
+    // A string column cannot be summed: said before any row.
+    let err = AggregateSpec::new()
+        .sum("s", "x")
+        .output_schema(
+            &keys,
+            &Schema::new(vec![
+                Field::new("k", DataType::Int64, false),
+                Field::new("s", DataType::Utf8, false),
+            ]),
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("'s' is Utf8"), "{err}");
+}

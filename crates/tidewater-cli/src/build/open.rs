@@ -1,0 +1,253 @@
+//! Opening a spec's connectors: the only part of building that does I/O.
+
+use std::collections::HashMap;
+
+use anyhow::Context;
+use arrow::datatypes::SchemaRef;
+use tidewater_core::{GeneratorSource, Pipeline, RateLimit, Stream};
+use tidewater_parquet::{OnCorruptFile, ParquetSink, ParquetSinkOptions, ParquetSource};
+use tidewater_postgres::{LagSource, PostgresSink, PostgresSource, ReplicaLagThrottle, SinkMode};
+
+use crate::spec::{Component, Kind, Spec, ThrottleSpec};
+
+/// A source, ready to add to a pipeline.
+pub enum OpenedSource {
+    /// `type = "generator"`.
+    Generator(GeneratorSource),
+    /// `type = "parquet"`.
+    Parquet(ParquetSource),
+    /// `type = "postgres"`.
+    Postgres(PostgresSource),
+}
+
+impl OpenedSource {
+    /// What the source emits.
+    pub fn schema(&self) -> SchemaRef {
+        use tidewater_core::Source;
+        match self {
+            OpenedSource::Generator(s) => s.schema(),
+            OpenedSource::Parquet(s) => s.schema(),
+            OpenedSource::Postgres(s) => s.schema(),
+        }
+    }
+
+    /// Adds it to `pipeline` as `uid`.
+    pub fn add_to(self, pipeline: &Pipeline, uid: &str) -> Stream {
+        match self {
+            OpenedSource::Generator(s) => pipeline.source(uid, s),
+            OpenedSource::Parquet(s) => pipeline.source(uid, s),
+            OpenedSource::Postgres(s) => pipeline.source(uid, s),
+        }
+    }
+}
+
+/// A sink, ready to add to a pipeline.
+pub enum OpenedSink {
+    /// `type = "parquet"`.
+    Parquet(ParquetSink),
+    /// `type = "postgres"`.
+    Postgres(PostgresSink),
+}
+
+/// What could be opened, by component id.
+#[derive(Default)]
+pub struct Opened {
+    /// Sources.
+    pub sources: HashMap<String, OpenedSource>,
+    /// Sinks.
+    pub sinks: HashMap<String, OpenedSink>,
+}
+
+/// The generator's source for a component (no I/O).
+pub fn generator(kind: &Kind) -> Option<GeneratorSource> {
+    let Kind::Generator {
+        rows,
+        keys,
+        splits,
+        batch_rows,
+        ..
+    } = kind
+    else {
+        return None;
+    };
+    let mut source = GeneratorSource::new(*rows, *keys);
+    if let Some(splits) = splits {
+        source = source.with_splits(*splits);
+    }
+    if let Some(rows) = batch_rows {
+        source = source.with_batch_rows(*rows);
+    }
+    Some(source)
+}
+
+/// Opens every connector; with `connect` false only those that need no
+/// I/O (the generator). Each failure names the component.
+pub async fn open(spec: &Spec, connect: bool) -> Result<Opened, Vec<(String, anyhow::Error)>> {
+    let mut opened = Opened::default();
+    let mut failures = Vec::new();
+    for c in &spec.components {
+        let id = c.id.value.clone();
+        if let Some(source) = generator(&c.kind) {
+            opened.sources.insert(id, OpenedSource::Generator(source));
+            continue;
+        }
+        if !connect {
+            continue;
+        }
+        match open_one(c).await {
+            Ok(Some(Either::Source(s))) => {
+                opened.sources.insert(id, s);
+            }
+            Ok(Some(Either::Sink(s))) => {
+                opened.sinks.insert(id, s);
+            }
+            Ok(None) => {}
+            Err(e) => failures.push((id, e)),
+        }
+    }
+    if failures.is_empty() {
+        Ok(opened)
+    } else {
+        Err(failures)
+    }
+}
+
+enum Either {
+    Source(OpenedSource),
+    Sink(OpenedSink),
+}
+
+async fn open_one(c: &Component) -> anyhow::Result<Option<Either>> {
+    Ok(Some(match &c.kind {
+        Kind::ParquetSource {
+            path,
+            glob,
+            columns,
+            batch_rows,
+            dead_letter,
+            ..
+        } => {
+            let mut builder = ParquetSource::builder(path.clone());
+            if let Some(glob) = glob {
+                builder = builder.glob(glob.clone());
+            }
+            if let Some(columns) = columns {
+                builder = builder.columns(columns.clone());
+            }
+            if let Some(rows) = batch_rows {
+                builder = builder.batch_rows(*rows);
+            }
+            if let Some(at) = dead_letter {
+                builder = builder.on_corrupt_file(OnCorruptFile::DeadLetter(at.clone()));
+            }
+            let source = builder
+                .build()
+                .await
+                .with_context(|| format!("opening the Parquet files at {path}"))?;
+            Either::Source(OpenedSource::Parquet(source))
+        }
+        Kind::PostgresSource {
+            url,
+            table,
+            split_column,
+            columns,
+            filter,
+            splits,
+            batch_rows,
+            connections,
+            ..
+        } => {
+            let mut builder = PostgresSource::builder(url, table, split_column);
+            if let Some(columns) = columns {
+                builder = builder.columns(columns.clone());
+            }
+            if let Some(filter) = filter {
+                builder = builder.filter(filter);
+            }
+            if let Some(splits) = splits {
+                builder = builder.splits(*splits);
+            }
+            if let Some(rows) = batch_rows {
+                builder = builder.batch_rows(*rows);
+            }
+            if let Some(n) = connections {
+                builder = builder.connections(*n);
+            }
+            let source = builder
+                .build()
+                .await
+                .with_context(|| format!("opening the PostgreSQL table {table}"))?;
+            Either::Source(OpenedSource::Postgres(source))
+        }
+        Kind::ParquetSink {
+            path,
+            target_file_size,
+            max_file_age,
+            row_group_rows,
+            part_size,
+        } => {
+            let defaults = ParquetSinkOptions::default();
+            let options = ParquetSinkOptions {
+                target_file_bytes: target_file_size.unwrap_or(defaults.target_file_bytes),
+                max_file_age: max_file_age.or(defaults.max_file_age),
+                max_row_group_rows: row_group_rows.unwrap_or(defaults.max_row_group_rows),
+                part_bytes: part_size.map_or(defaults.part_bytes, |p| p as usize),
+                ..defaults
+            };
+            let sink = ParquetSink::open(path)
+                .with_context(|| format!("opening the Parquet output at {path}"))?
+                .with_options(options);
+            Either::Sink(OpenedSink::Parquet(sink))
+        }
+        Kind::PostgresSink {
+            url,
+            table,
+            exactly_once,
+            create,
+            max_bad_rows,
+        } => {
+            let mode = if *exactly_once {
+                SinkMode::ExactlyOnce
+            } else {
+                SinkMode::Upsert
+            };
+            let mut builder = PostgresSink::builder(url, table, mode);
+            if let Some(statement) = create {
+                builder = builder.create_if_missing(statement);
+            }
+            if let Some(n) = max_bad_rows {
+                builder = builder.max_bad_rows(*n);
+            }
+            let sink = builder
+                .build()
+                .await
+                .with_context(|| format!("opening the PostgreSQL table {table}"))?;
+            Either::Sink(OpenedSink::Postgres(sink))
+        }
+        Kind::Generator { .. } | Kind::Sql(_) | Kind::Aggregate { .. } => return Ok(None),
+    }))
+}
+
+/// Puts a source's throttles on its stream.
+pub fn throttle(stream: Stream, spec: &ThrottleSpec) -> Stream {
+    let mut stream = stream;
+    if let Some(rate) = spec.rate_limit {
+        stream = stream.throttle(RateLimit::new(rate));
+    }
+    if let Some(lag) = &spec.replica_lag {
+        let on = if lag.on_replica {
+            LagSource::Replica
+        } else {
+            LagSource::Primary
+        };
+        let mut throttle = ReplicaLagThrottle::new(&lag.url, on, lag.high);
+        if let Some(low) = lag.low {
+            throttle = throttle.low_mark(low);
+        }
+        if let Some(poll) = lag.poll {
+            throttle = throttle.poll_interval(poll);
+        }
+        stream = stream.throttle(throttle);
+    }
+    stream
+}

@@ -1,0 +1,55 @@
+//! The `tidewater` subcommands.
+
+pub mod checkpoints;
+pub mod run;
+pub mod validate;
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use crate::spec::{Diagnostics, Spec};
+
+/// Exit code for a spec or usage error.
+pub const USAGE: u8 = 2;
+
+/// Runs a command's future on a multi-threaded runtime; an error prints
+/// and exits 1.
+pub fn main_with<F>(future: F) -> ExitCode
+where
+    F: Future<Output = anyhow::Result<ExitCode>>,
+{
+    crate::runner::main_with(future)
+}
+
+/// Reads and parses the spec at `path` against the process environment;
+/// every problem is printed and `Err` holds the exit code.
+pub fn load_spec(path: &Path) -> Result<Spec, ExitCode> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!(
+                "error: cannot read the spec {}: {e}; pass the path of a TOML spec (see docs/cli.md)",
+                path.display()
+            );
+            return Err(ExitCode::from(USAGE));
+        }
+    };
+    let (spec, mut diags) = Spec::read(&path.display().to_string(), &text, &|name| {
+        std::env::var(name).ok()
+    });
+    if diags.is_empty() {
+        return Ok(spec);
+    }
+    // The expressions of what could be read are checked too, so that one
+    // run reports everything.
+    if let Err(more) = crate::build::check::check(&spec, &crate::build::offline_schemas(&spec)) {
+        diags.items.extend(more.items);
+    }
+    Err(report(&diags))
+}
+
+/// Prints the problems; the exit code for them.
+pub fn report(diagnostics: &Diagnostics) -> ExitCode {
+    eprintln!("{diagnostics}");
+    ExitCode::from(USAGE)
+}

@@ -1,0 +1,54 @@
+//! `tidewater`: run, validate and inspect backfills declared in TOML specs.
+//!
+//! ```text
+//! tidewater run backfill.toml
+//! tidewater validate backfill.toml --connect
+//! tidewater checkpoints list ./tidewater-state
+//! tidewater checkpoints inspect ./tidewater-state 12 --job backfill
+//! ```
+//!
+//! Exit codes: 0 complete (or already complete), 1 failed, 2 spec or usage
+//! error, 3 cancelled and resumable.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use tidewater_cli::commands::{self, checkpoints, run, validate};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// Checkpointed, resumable backfills from TOML specs.
+#[derive(Debug, Parser)]
+#[command(name = "tidewater", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a spec's job; run it again with the same state to resume.
+    Run(run::RunCommand),
+    /// Check a spec without running it (exit 0 or 2).
+    Validate(validate::ValidateCommand),
+    /// List and inspect checkpoints in a state store.
+    #[command(subcommand)]
+    Checkpoints(checkpoints::CheckpointsCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Run(c) => commands::main_with(run::run(c)),
+        Command::Validate(c) => commands::main_with(validate::validate(c)),
+        Command::Checkpoints(c) => commands::main_with(checkpoints::checkpoints(c)),
+    }
+}

@@ -1,0 +1,181 @@
+//! What a spec says, once read: the job's settings and its components.
+
+use std::time::Duration;
+
+use super::reader::Located;
+
+/// The `[job]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// The job's identity in the state store.
+    pub name: String,
+    /// Folder or URL for checkpoints (default `./tidewater-state`).
+    pub state: String,
+    /// Time between checkpoints (default 1 s); `None` is `"off"`.
+    pub checkpoint_interval: Option<Duration>,
+    /// Subtasks per operator (default 2).
+    pub parallelism: usize,
+    /// Completed checkpoints to keep (default 3).
+    pub retain: usize,
+}
+
+/// Whether a component produces, transforms or consumes rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// `[sources.ID]`.
+    Source,
+    /// `[transforms.ID]`.
+    Transform,
+    /// `[sinks.ID]`.
+    Sink,
+}
+
+impl Role {
+    /// The table the component sits in.
+    pub fn table(self) -> &'static str {
+        match self {
+            Role::Source => "sources",
+            Role::Transform => "transforms",
+            Role::Sink => "sinks",
+        }
+    }
+}
+
+/// One `[sources.ID]`, `[transforms.ID]` or `[sinks.ID]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Component {
+    /// Its id: the operator uid in checkpoints.
+    pub id: Located<String>,
+    /// Source, transform or sink.
+    pub role: Role,
+    /// The components it reads (empty for sources).
+    pub inputs: Vec<Located<String>>,
+    /// Subtasks for this component, overriding the job's.
+    pub parallelism: Option<usize>,
+    /// What it does.
+    pub kind: Kind,
+}
+
+/// The `type` of a component and its settings.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    /// `type = "generator"`: deterministic rows (id, k, v, s).
+    Generator {
+        /// Rows to generate.
+        rows: u64,
+        /// Distinct keys.
+        keys: u64,
+        /// Splits (default: one per subtask).
+        splits: Option<u64>,
+        /// Rows per batch.
+        batch_rows: Option<usize>,
+        /// Throttles on the source.
+        throttle: ThrottleSpec,
+    },
+    /// `type = "parquet"` source.
+    ParquetSource {
+        /// Folder, file or URL.
+        path: String,
+        /// Only matching files.
+        glob: Option<String>,
+        /// Projection, in order.
+        columns: Option<Vec<String>>,
+        /// Rows per batch.
+        batch_rows: Option<usize>,
+        /// Where unreadable files are recorded instead of failing the job.
+        dead_letter: Option<String>,
+        /// Throttles on the source.
+        throttle: ThrottleSpec,
+    },
+    /// `type = "postgres"` source.
+    PostgresSource {
+        /// Connection URL.
+        url: String,
+        /// Table (optionally `schema.table`).
+        table: String,
+        /// Integer column the reads are split and ordered by.
+        split_column: String,
+        /// Projection.
+        columns: Option<Vec<String>>,
+        /// SQL condition added to every read.
+        filter: Option<String>,
+        /// Key ranges.
+        splits: Option<u64>,
+        /// Rows per batch.
+        batch_rows: Option<usize>,
+        /// Connections in the pool.
+        connections: Option<u32>,
+        /// Throttles on the source.
+        throttle: ThrottleSpec,
+    },
+    /// `type = "sql"`: filter, computed columns, projection.
+    Sql(SqlSpec),
+    /// `type = "aggregate"`: per-key aggregates.
+    Aggregate {
+        /// Key columns.
+        key_by: Vec<Located<String>>,
+        /// Output name and SQL aggregate call, in file order.
+        aggregates: Vec<(String, Located<String>)>,
+    },
+    /// `type = "parquet"` sink.
+    ParquetSink {
+        /// Folder or URL.
+        path: String,
+        /// Files are finished at this size.
+        target_file_size: Option<u64>,
+        /// Files are also finished at the first checkpoint after this age.
+        max_file_age: Option<Duration>,
+        /// Rows per row group.
+        row_group_rows: Option<usize>,
+        /// Bytes per uploaded part.
+        part_size: Option<u64>,
+    },
+    /// `type = "postgres"` sink.
+    PostgresSink {
+        /// Connection URL.
+        url: String,
+        /// Table.
+        table: String,
+        /// `upsert` or `exactly-once`.
+        exactly_once: bool,
+        /// Statement run first (e.g. `CREATE TABLE IF NOT EXISTS ...`).
+        create: Option<String>,
+        /// Rows that may go to `tidewater_dead_letters` before the job fails.
+        max_bad_rows: Option<u64>,
+    },
+}
+
+/// The SQL transform's three optional steps, applied in this order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SqlSpec {
+    /// Rows to keep.
+    pub filter: Option<Located<String>>,
+    /// Computed columns, added or replaced, in order.
+    pub columns: Vec<(String, Located<String>)>,
+    /// Projection, in order.
+    pub select: Option<Vec<Located<String>>>,
+}
+
+/// Throttles a source can have.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ThrottleSpec {
+    /// `rate_limit`: rows per second at most.
+    pub rate_limit: Option<f64>,
+    /// `replica_lag`: pause while a replica is behind.
+    pub replica_lag: Option<ReplicaLagSpec>,
+}
+
+/// `replica_lag = { url = "...", on = "replica", high = "2s" }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaLagSpec {
+    /// Where the lag is read.
+    pub url: String,
+    /// `"primary"` (pg_stat_replication) or `"replica"` (replay age).
+    pub on_replica: bool,
+    /// Pause above this lag.
+    pub high: Duration,
+    /// Resume below this lag (default: half of `high`).
+    pub low: Option<Duration>,
+    /// How often the lag is read (default 1 s).
+    pub poll: Option<Duration>,
+}

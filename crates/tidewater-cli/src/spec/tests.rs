@@ -1,0 +1,188 @@
+//! Broken specs and what each says, at which line and column.
+
+use super::*;
+
+const GOOD: &str = r#"
+[job]
+name = "backfill"
+checkpoint_interval = "1s"
+parallelism = 2
+
+[sources.gen]
+type = "generator"
+rows = 1000
+keys = 10
+
+[transforms.keep]
+inputs = ["gen"]
+type = "sql"
+filter = "id % 3 <> 0"
+columns = { w = "v * 2.0" }
+
+[sinks.out]
+inputs = ["keep"]
+type = "parquet"
+path = "./out"
+"#;
+
+fn env(name: &str) -> Option<String> {
+    (name == "SET").then(|| "value".to_string())
+}
+
+/// Problems as `(line, message start)`.
+fn problems(text: &str) -> Vec<(usize, String)> {
+    match Spec::parse("t.toml", text, &env) {
+        Ok(_) => Vec::new(),
+        Err(d) => d
+            .located()
+            .into_iter()
+            .map(|(line, _, message)| (line, message))
+            .collect(),
+    }
+}
+
+fn expect(name: &str, text: &str, expected: &[(usize, &str)]) {
+    let got = problems(text);
+    assert_eq!(got.len(), expected.len(), "{name}: {got:#?}");
+    for ((line, message), (want_line, want)) in got.iter().zip(expected) {
+        assert_eq!(line, want_line, "{name}: {message}");
+        assert!(
+            message.contains(want),
+            "{name}: '{message}' should contain '{want}'"
+        );
+    }
+}
+
+#[test]
+fn the_good_spec_reads() {
+    let spec = Spec::parse("t.toml", GOOD, &env).unwrap();
+    assert_eq!(spec.job.parallelism, 2);
+    assert_eq!(
+        spec.job.checkpoint_interval,
+        Some(std::time::Duration::from_secs(1))
+    );
+    let keep = spec.component("keep").unwrap();
+    let Kind::Sql(sql) = &keep.kind else { panic!() };
+    assert_eq!(sql.filter.as_ref().unwrap().value, "id % 3 <> 0");
+    assert_eq!(sql.columns[0].0, "w");
+}
+
+#[test]
+fn broken_specs_say_where_and_what() {
+    expect(
+        "not TOML",
+        "[job]\nname = \"x\nrows = 1\n",
+        &[(2, "this is not valid TOML")],
+    );
+    expect(
+        "an unknown key with its nearest",
+        &GOOD.replace("parallelism = 2", "paralelism = 2"),
+        &[(5, "unknown key `paralelism` in [job]")],
+    );
+    expect(
+        "a wrong type",
+        &GOOD.replace("rows = 1000", "rows = \"many\""),
+        &[(
+            9,
+            "`rows` in [sources.gen] must be a whole number, not the string \"many\"",
+        )],
+    );
+    expect(
+        "a missing key",
+        &GOOD.replace("path = \"./out\"\n", ""),
+        &[(18, "[sinks.out] is missing `path`")],
+    );
+    expect(
+        "an input that names nothing",
+        &GOOD.replace("inputs = [\"keep\"]", "inputs = [\"kepe\"]"),
+        &[
+            (12, "nothing reads [transforms.keep]"),
+            (19, "'out' reads 'kepe', but no component"),
+        ],
+    );
+    expect(
+        "a cycle",
+        &GOOD.replace("inputs = [\"gen\"]", "inputs = [\"gen\", \"keep\"]"),
+        &[(12, "the components form a cycle: keep -> keep")],
+    );
+    expect(
+        "no sink",
+        &GOOD[..GOOD.find("[sinks.out]").unwrap()],
+        &[
+            (12, "nothing reads [transforms.keep]"),
+            (0, "the spec has no sink"),
+        ],
+    );
+    expect(
+        "an unknown type",
+        &GOOD.replace("type = \"parquet\"", "type = \"parquette\""),
+        &[(
+            20,
+            "`type` in [sinks.out] is \"parquette\"; expected one of \"parquet\", \"postgres\"",
+        )],
+    );
+    expect(
+        "a bad duration",
+        &GOOD.replace("\"1s\"", "\"soon\""),
+        &[(4, "'soon' is not a duration")],
+    );
+    expect(
+        "a missing environment variable",
+        &GOOD.replace("./out", "${env:OUT_DIR}"),
+        &[(21, "environment variable OUT_DIR is not set")],
+    );
+    expect(
+        "zero parallelism",
+        &GOOD.replace("parallelism = 2", "parallelism = 0"),
+        &[(5, "`parallelism` in [job] must be at least 1")],
+    );
+    expect(
+        "no job name",
+        &GOOD.replace("name = \"backfill\"\n", ""),
+        &[(2, "[job] is missing `name`")],
+    );
+    expect(
+        "several problems at once",
+        &GOOD
+            .replace("rows = 1000", "rows = -1")
+            .replace("filter = \"id % 3 <> 0\"", "filtre = \"id % 3 <> 0\""),
+        &[
+            (9, "`rows` in [sources.gen] must be at least 0"),
+            (15, "unknown key `filtre` in [transforms.keep]"),
+        ],
+    );
+}
+
+#[test]
+fn an_unknown_key_names_the_nearest_valid_one() {
+    let text = GOOD.replace("parallelism = 2", "paralelism = 2");
+    let d = Spec::parse("t.toml", &text, &env).unwrap_err();
+    assert_eq!(
+        d.items[0].help.as_deref(),
+        Some("did you mean `parallelism`?")
+    );
+}
+
+#[test]
+fn env_variables_expand_in_values_not_in_comments() {
+    let text = GOOD.replace("./out", "./${env:SET}") + "# ${env:NOT_SET} in a comment\n";
+    let spec = Spec::parse("t.toml", &text, &env).unwrap();
+    let Kind::ParquetSink { path, .. } = &spec.component("out").unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(path, "./value");
+}
+
+#[test]
+fn computed_columns_and_aggregates_keep_the_files_order() {
+    let text = GOOD.replace(
+        "columns = { w = \"v * 2.0\" }",
+        "columns = { z = \"1\", a = \"2\" }",
+    );
+    let spec = Spec::parse("t.toml", &text, &env).unwrap();
+    let Kind::Sql(sql) = &spec.component("keep").unwrap().kind else {
+        panic!()
+    };
+    let names: Vec<&str> = sql.columns.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["z", "a"]);
+}
