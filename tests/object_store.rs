@@ -22,30 +22,8 @@ use tidewater::open_location;
 
 use common::{
     Backfill, Rng, assert_copy_output, example_binary, kill_randomly_until_complete, read_output,
-    text,
+    s3_prefix, text,
 };
-
-/// A fresh prefix in the test bucket, or `None` when no S3 server is configured.
-fn s3_prefix(test: &str) -> Option<String> {
-    match std::env::var("TIDEWATER_S3_BUCKET") {
-        Ok(bucket) => {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock")
-                .as_nanos();
-            Some(format!("s3://{bucket}/{test}-{nanos}"))
-        }
-        Err(_) if std::env::var_os("TIDEWATER_REQUIRE_S3").is_some() => {
-            panic!(
-                "TIDEWATER_REQUIRE_S3 is set but TIDEWATER_S3_BUCKET is not: run scripts/s3.sh up"
-            )
-        }
-        Err(_) => {
-            eprintln!("skipped: no S3 server (run scripts/s3.sh up and export its env)");
-            None
-        }
-    }
-}
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()

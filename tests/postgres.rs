@@ -11,90 +11,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Rng, example_binary, kill_randomly_until_complete, text};
-
-/// Connection URLs of the test servers, or `None` (skip) when there are none.
-fn servers() -> Option<(String, String)> {
-    match (
-        std::env::var("TIDEWATER_PG_PRIMARY"),
-        std::env::var("TIDEWATER_PG_REPLICA"),
-    ) {
-        (Ok(primary), Ok(replica)) => Some((primary, replica)),
-        _ if std::env::var_os("TIDEWATER_REQUIRE_PG").is_some() => {
-            panic!(
-                "TIDEWATER_REQUIRE_PG is set but TIDEWATER_PG_PRIMARY/REPLICA are not: run `bash scripts/pg.sh up` and `eval \"$(bash scripts/pg.sh env)\"`"
-            )
-        }
-        _ => {
-            eprintln!(
-                "skipped: no PostgreSQL (run `bash scripts/pg.sh up` and `eval \"$(bash scripts/pg.sh env)\"`)"
-            );
-            None
-        }
-    }
-}
-
-fn with_database(url: &str, database: &str) -> String {
-    let (base, _) = url.rsplit_once('/').expect("URL with a database");
-    format!("{base}/{database}")
-}
-
-/// Runs SQL with psql; returns the rows, `|`-separated.
-fn sql(url: &str, statement: &str) -> Vec<String> {
-    let output = Command::new("psql")
-        .args([url, "-v", "ON_ERROR_STOP=1", "-XAtqc", statement])
-        .output()
-        .expect("running psql");
-    assert!(
-        output.status.success(),
-        "psql failed on {statement}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-fn one(url: &str, statement: &str) -> String {
-    sql(url, statement).into_iter().next().unwrap_or_default()
-}
-
-/// A fresh database named after the test, on the primary (and so the replica).
-struct Db {
-    url: String,
-    replica: String,
-}
+use common::{
+    Db, Rng, example_binary, kill_randomly_until_complete, one, pg_servers as servers, sql, text,
+    with_database,
+};
 
 impl Db {
-    fn fresh(name: &str) -> Option<Db> {
-        let (primary, replica) = servers()?;
-        sql(
-            &primary,
-            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-        );
-        sql(&primary, &format!("CREATE DATABASE {name}"));
-        let db = Db {
-            url: with_database(&primary, name),
-            replica: with_database(&replica, name),
-        };
-        // Wait until the replica has the database too.
-        let start = Instant::now();
-        while Command::new("psql")
-            .args([db.replica.as_str(), "-XAtqc", "select 1"])
-            .output()
-            .map(|o| !o.status.success())
-            .unwrap_or(true)
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "the replica never got database {name}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Some(db)
-    }
-
     fn seed(&self, rows: u64) {
         let output = Command::new(example_binary("pg_backfill"))
             .args(["--seed", &rows.to_string(), "--source-url", &self.url])

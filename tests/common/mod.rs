@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Float64Type, Int64Type};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use tidewater::splitmix64;
+use tidewater_core::splitmix64;
 
 /// The backfill example, built with the test's own profile.
 pub fn backfill_binary() -> PathBuf {
@@ -23,6 +23,10 @@ pub fn backfill_binary() -> PathBuf {
 /// test never runs a stale example (`cargo test --test X` alone does not
 /// rebuild examples).
 pub fn example_binary(name: &'static str) -> PathBuf {
+    built(name, &["--example", name], &["examples", name])
+}
+
+fn built(name: &'static str, what: &[&str], path: &[&str]) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(&'static str, PathBuf)>> =
         std::sync::Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -41,7 +45,7 @@ pub fn example_binary(name: &'static str) -> PathBuf {
             .unwrap_or("debug");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "--example", name]);
+        build.args(["build", "--quiet"]).args(what);
         match profile {
             "debug" => {}
             "release" => {
@@ -54,9 +58,10 @@ pub fn example_binary(name: &'static str) -> PathBuf {
         let status = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
-            .expect("running cargo build --example");
-        assert!(status.success(), "building the {name} example failed");
-        profile_dir.join("examples").join(name)
+            .expect("running cargo build");
+        assert!(status.success(), "building {name} failed");
+        path.iter()
+            .fold(profile_dir.to_path_buf(), |p, part| p.join(part))
     };
     built.push((name, path.clone()));
     path
@@ -401,4 +406,112 @@ pub fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<std::process::
     let _ = child.kill();
     let _ = child.wait();
     None
+}
+
+/// Connection URLs of the test servers, or `None` (skip) when there are none.
+pub fn pg_servers() -> Option<(String, String)> {
+    match (
+        std::env::var("TIDEWATER_PG_PRIMARY"),
+        std::env::var("TIDEWATER_PG_REPLICA"),
+    ) {
+        (Ok(primary), Ok(replica)) => Some((primary, replica)),
+        _ if std::env::var_os("TIDEWATER_REQUIRE_PG").is_some() => {
+            panic!(
+                "TIDEWATER_REQUIRE_PG is set but TIDEWATER_PG_PRIMARY/REPLICA are not: run `bash scripts/pg.sh up` and `eval \"$(bash scripts/pg.sh env)\"`"
+            )
+        }
+        _ => {
+            eprintln!(
+                "skipped: no PostgreSQL (run `bash scripts/pg.sh up` and `eval \"$(bash scripts/pg.sh env)\"`)"
+            );
+            None
+        }
+    }
+}
+
+/// Runs SQL with psql; returns the rows, `|`-separated.
+pub fn sql(url: &str, statement: &str) -> Vec<String> {
+    let output = Command::new("psql")
+        .args([url, "-v", "ON_ERROR_STOP=1", "-XAtqc", statement])
+        .output()
+        .expect("running psql");
+    assert!(
+        output.status.success(),
+        "psql failed on {statement}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A fresh prefix in the test bucket, or `None` when no S3 server is configured.
+pub fn s3_prefix(test: &str) -> Option<String> {
+    match std::env::var("TIDEWATER_S3_BUCKET") {
+        Ok(bucket) => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_nanos();
+            Some(format!("s3://{bucket}/{test}-{nanos}"))
+        }
+        Err(_) if std::env::var_os("TIDEWATER_REQUIRE_S3").is_some() => {
+            panic!(
+                "TIDEWATER_REQUIRE_S3 is set but TIDEWATER_S3_BUCKET is not: run scripts/s3.sh up"
+            )
+        }
+        Err(_) => {
+            eprintln!("skipped: no S3 server (run scripts/s3.sh up and export its env)");
+            None
+        }
+    }
+}
+
+pub fn with_database(url: &str, database: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("URL with a database");
+    format!("{base}/{database}")
+}
+
+/// The first row of a query's result.
+pub fn one(url: &str, statement: &str) -> String {
+    sql(url, statement).into_iter().next().unwrap_or_default()
+}
+
+/// A fresh database named after the test, on the primary (and so the replica).
+pub struct Db {
+    /// On the primary.
+    pub url: String,
+    /// The same database on the replica.
+    pub replica: String,
+}
+
+impl Db {
+    pub fn fresh(name: &str) -> Option<Db> {
+        let (primary, replica) = pg_servers()?;
+        sql(
+            &primary,
+            &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        );
+        sql(&primary, &format!("CREATE DATABASE {name}"));
+        let db = Db {
+            url: with_database(&primary, name),
+            replica: with_database(&replica, name),
+        };
+        // Wait until the replica has the database too.
+        let start = Instant::now();
+        while Command::new("psql")
+            .args([db.replica.as_str(), "-XAtqc", "select 1"])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the replica never got database {name}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(db)
+    }
 }

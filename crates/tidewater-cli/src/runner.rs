@@ -286,8 +286,12 @@ pub async fn run_job(
     let join = handle.join();
     tokio::pin!(join);
 
+    // Streams made once, before the loop: a signal between two turns of
+    // the loop is kept for the next, not lost with a dropped future.
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("installing the SIGINT handler")?;
     let mode = reporting.progress.resolved();
     let bar = (mode == ProgressMode::Bar).then(crate::progress::start_bar);
     if let Some(path) = reporting.status_file.clone() {
@@ -316,7 +320,7 @@ pub async fn run_job(
     let outcome = loop {
         let signal = tokio::select! {
             outcome = &mut join => break outcome,
-            _ = tokio::signal::ctrl_c() => "SIGINT",
+            _ = interrupt.recv() => "SIGINT",
             _ = terminate.recv() => "SIGTERM",
             _ = ticker.tick() => {
                 let p = control.progress();

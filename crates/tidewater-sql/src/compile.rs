@@ -149,8 +149,11 @@ pub(crate) fn compile(text: &str, schema: &df::SchemaRef) -> Result<Compiled, Sq
             .with_schema(Arc::clone(&df_schema))
             .build(),
     );
+    // Coerce types, then simplify: some functions (coalesce, nvl) only
+    // evaluate in their simplified form, and constants fold once here.
     let coerced = simplifier
         .coerce(logical, &df_schema)
+        .and_then(|e| simplifier.simplify(e))
         .map_err(|e| explain(e, schema))?;
     let physical = datafusion_physical_expr::create_physical_expr(
         &coerced,

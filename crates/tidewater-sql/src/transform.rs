@@ -117,7 +117,7 @@ impl SqlTransform {
                 }
             };
             let data_type = match bridge::data_type_from_df(&compiled.data_type) {
-                Ok(t) => t,
+                Ok(t) => plain(t),
                 Err(e) => {
                     problems.push((Part::Column(i), e.into()));
                     continue;
@@ -221,10 +221,8 @@ impl SqlTransform {
             let column = if column.data_type() == &step.data_type {
                 column
             } else {
-                return Err((
-                    Part::Column(i),
-                    SqlError::Internal("unexpected result type".into()),
-                ));
+                arrow::compute::cast(&column, &step.data_type)
+                    .map_err(|e| (Part::Column(i), SqlError::Internal(e.to_string())))?
             };
             let mut columns = batch.columns().to_vec();
             match step.replaces {
@@ -293,6 +291,17 @@ impl SqlTransform {
             message,
             row: "(no single row fails alone)".to_string(),
         }
+    }
+}
+
+/// The type a computed column gets: DataFusion's string and binary views
+/// become plain strings and binaries, which every connector writes.
+fn plain(data_type: arrow::datatypes::DataType) -> arrow::datatypes::DataType {
+    use arrow::datatypes::DataType;
+    match data_type {
+        DataType::Utf8View => DataType::Utf8,
+        DataType::BinaryView => DataType::Binary,
+        other => other,
     }
 }
 
@@ -446,6 +455,10 @@ mod tests {
         let out = t.apply(&batch).unwrap();
         assert_eq!(out.schema(), t.output_schema());
         assert_eq!(describe_row(&out, 0), "{u: 1!, v: 3.0, id: 1}");
+        // Strings come out as Utf8, whatever DataFusion computes them in.
+        assert_eq!(out.schema().field(0).data_type(), &DataType::Utf8);
+        // Strings come out as Utf8, whatever DataFusion computes them in.
+        assert_eq!(out.schema().field(0).data_type(), &DataType::Utf8);
         assert_eq!(describe_row(&out, 1), "{u: X!, v: 7.0, id: 3}");
         assert_eq!(out.num_rows(), 3);
     }
@@ -462,5 +475,62 @@ mod tests {
         let t = SqlTransform::new(&column("cast(s as bigint)"), &schema).unwrap();
         let text = t.apply(&batch).unwrap_err().1.to_string();
         assert!(text.contains("s: x}"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod supported {
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::DataType;
+
+    use super::*;
+
+    /// What docs/cli.md says expressions can use, planned and run.
+    #[test]
+    fn the_documented_syntax_plans_and_runs() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![1, 2])),
+                Arc::new(StringArray::from(vec![Some("2026-12-01"), None])),
+            ],
+        )
+        .unwrap();
+        for text in [
+            "id BETWEEN 1 AND 3 AND id IN (1, 2) AND NOT id IS NULL",
+            "s LIKE '2026%' OR s ILIKE 'x%'",
+            "s || '!'",
+            "CASE WHEN id = 1 THEN 'one' ELSE 'many' END",
+            "CAST(id AS DOUBLE) / 3",
+            "id::varchar",
+            "try_cast(s AS bigint)",
+            "upper(trim(s))",
+            "substr(s, 1, 4)",
+            "split_part(s, '-', 2)",
+            "regexp_replace(s, '[0-9]', 'x', 'g')",
+            "regexp_like(s, '^2026')",
+            "abs(id - 5) + round(1.5) + floor(2.5) + sqrt(4.0) + power(2, 3)",
+            "date_trunc('month', to_timestamp(s))",
+            "date_part('year', to_timestamp(s))",
+            "coalesce(s, 'none')",
+            "nullif(id, 1)",
+            "greatest(id, 2) + least(id, 0)",
+            "starts_with(s, '2026')",
+            "length(s) + character_length(s)",
+            "concat(s, '-', id)",
+            "replace(s, '-', '/')",
+        ] {
+            let spec = SqlTransformSpec {
+                columns: vec![("c".into(), text.into())],
+                ..SqlTransformSpec::default()
+            };
+            let t = SqlTransform::new(&spec, &schema).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            let out = t.apply(&batch).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+            assert_eq!(out.num_rows(), 2, "{text}");
+        }
     }
 }

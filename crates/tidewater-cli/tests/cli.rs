@@ -1,0 +1,774 @@
+//! The `tidewater` binary, driven as users drive it: specs run, killed with
+//! SIGKILL at random instants and rerun, cancelled with Ctrl-C and resumed,
+//! validated broken, inspected. Outputs are checked against the generator's
+//! spec (the same oracle as the engine's crash tests).
+
+#[path = "../../../tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{
+    Rng, assert_aggregate_output, assert_copy_output, kill_randomly_until_complete, s3_prefix,
+    signal, text, wait_or_kill,
+};
+
+fn tidewater() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tidewater"));
+    command
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null());
+    command
+}
+
+/// The copy job of the backfill example, as a spec.
+fn copy_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "copy"
+state = "{state}"
+checkpoint_interval = "50ms"
+parallelism = 2
+
+[sources.gen]
+type = "generator"
+rows = {rows}
+keys = {keys}
+batch_rows = 4096
+
+[transforms.keep]
+inputs = ["gen"]
+type = "sql"
+filter = "id % 3 <> 0"
+columns = {{ w = "v * 2.0" }}
+
+[sinks.out]
+inputs = ["keep"]
+type = "parquet"
+path = "{out}"
+"#
+    )
+}
+
+/// The aggregate job of the backfill example, as a spec.
+fn aggregate_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "aggregate"
+state = "{state}"
+checkpoint_interval = "50ms"
+parallelism = 2
+
+[sources.gen]
+type = "generator"
+rows = {rows}
+keys = {keys}
+batch_rows = 4096
+
+[transforms.per_key]
+inputs = ["gen"]
+type = "aggregate"
+key_by = ["k"]
+aggregates = {{ count = "count(*)", sum_v = "sum(v)", max_id = "max(id)" }}
+
+[sinks.out]
+inputs = ["per_key"]
+type = "parquet"
+path = "{out}"
+"#
+    )
+}
+
+struct Folder {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Folder {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().to_path_buf();
+        Folder { _dir: dir, root }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    fn s(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+
+    fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).expect("writing the spec");
+        path
+    }
+}
+
+fn run(spec: &Path, args: &[&str]) -> Output {
+    tidewater()
+        .arg("run")
+        .arg(spec)
+        .args(args)
+        .output()
+        .expect("running tidewater")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn spec_runs_killed_at_random_instants_end_with_the_exact_output() {
+    let mut rng = Rng::from_time();
+    const KILLS: usize = 8;
+    for mode in ["copy", "aggregate"] {
+        let (rows, keys) = (2_000_000, 20_000);
+        let (mut kills, mut rounds) = (0, 0);
+        // A run can finish before its kill: rounds go on until enough kills.
+        while kills < KILLS {
+            rounds += 1;
+            let folder = Folder::new();
+            let (state, out) = (folder.s("state"), folder.s("out"));
+            let body = match mode {
+                "copy" => copy_spec(rows, keys, &state, &out),
+                _ => aggregate_spec(rows, keys, &state, &out),
+            };
+            // About half a second per run, so that most kills land mid-run.
+            let body = body.replace(
+                "batch_rows = 4096",
+                "batch_rows = 4096\nrate_limit = 1_000_000",
+            );
+            let spec = folder.write("job.toml", &body);
+            let (output, made) = kill_randomly_until_complete(
+                || {
+                    let mut c = tidewater();
+                    c.arg("run").arg(&spec);
+                    c
+                },
+                KILLS - kills,
+                Duration::from_millis(700),
+                &mut rng,
+                || {},
+            );
+            kills += made;
+            assert!(
+                output.status.success(),
+                "{mode}: final run failed:\n{}",
+                text(&output)
+            );
+            eprintln!("{mode}: round {rounds} completed after {made} kills");
+            match mode {
+                "copy" => assert_copy_output(&folder.path("out"), rows, keys),
+                _ => assert_aggregate_output(&folder.path("out"), rows, keys),
+            }
+            let again = run(&spec, &[]);
+            assert!(again.status.success(), "{}", text(&again));
+            assert!(
+                String::from_utf8_lossy(&again.stdout).contains("already complete"),
+                "{}",
+                text(&again)
+            );
+        }
+    }
+}
+
+#[test]
+fn ctrl_c_takes_a_savepoint_and_the_same_command_resumes() {
+    let folder = Folder::new();
+    let (rows, keys) = (3_000_000, 1_000);
+    let mut body = copy_spec(rows, keys, &folder.s("state"), &folder.s("out"));
+    // Slow enough that Ctrl-C lands mid-run.
+    body = body.replace(
+        "batch_rows = 4096",
+        "batch_rows = 4096\nrate_limit = 1_000_000",
+    );
+    let spec = folder.write("job.toml", &body);
+    let mut child = tidewater()
+        .arg("run")
+        .arg(&spec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(800));
+    signal(&child, "INT");
+    let status = wait_or_kill(&mut child, Duration::from_secs(60)).expect("exits after SIGINT");
+    let first = child.wait_with_output().expect("output");
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "cancelled runs exit 3:\n{}",
+        text(&first)
+    );
+    assert!(
+        stderr(&first).contains("cancelled at savepoint"),
+        "{}",
+        text(&first)
+    );
+    let list = tidewater()
+        .args(["checkpoints", "list"])
+        .arg(folder.path("state"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&list.stdout).contains("savepoint"),
+        "{}",
+        text(&list)
+    );
+    let second = run(&spec, &["--checkpoint-interval", "200ms"]);
+    assert!(second.status.success(), "{}", text(&second));
+    assert!(
+        String::from_utf8_lossy(&second.stdout).contains("resumed from checkpoint"),
+        "{}",
+        text(&second)
+    );
+    assert_copy_output(&folder.path("out"), rows, keys);
+}
+
+/// A broken spec and what validate must say: `(line, message)`.
+struct Broken {
+    name: &'static str,
+    from: &'static str,
+    to: &'static str,
+    line: usize,
+    message: &'static str,
+}
+
+#[test]
+fn validate_names_the_file_line_and_problem_of_broken_specs() {
+    let folder = Folder::new();
+    let good = copy_spec(1000, 10, "./state", "./out");
+    let cases = [
+        Broken {
+            name: "typo",
+            from: "parallelism = 2",
+            to: "paralelism = 2",
+            line: 6,
+            message: "unknown key `paralelism` in [job]",
+        },
+        Broken {
+            name: "type",
+            from: "rows = 1000",
+            to: "rows = \"many\"",
+            line: 10,
+            message: "`rows` in [sources.gen] must be a whole number",
+        },
+        Broken {
+            name: "missing",
+            from: "path = \"./out\"",
+            to: "",
+            line: 20,
+            message: "[sinks.out] is missing `path`",
+        },
+        Broken {
+            name: "dangling",
+            from: "inputs = [\"keep\"]",
+            to: "inputs = [\"kep\"]",
+            line: 21,
+            message: "'out' reads 'kep', but no component is called that",
+        },
+        Broken {
+            name: "cycle",
+            from: "inputs = [\"gen\"]",
+            to: "inputs = [\"gen\", \"keep\"]",
+            line: 14,
+            message: "the components form a cycle",
+        },
+        Broken {
+            name: "unread",
+            from: "inputs = [\"keep\"]",
+            to: "inputs = [\"gen\"]",
+            line: 14,
+            message: "nothing reads [transforms.keep]",
+        },
+        Broken {
+            name: "kind",
+            from: "type = \"parquet\"",
+            to: "type = \"csv\"",
+            line: 22,
+            message: "`type` in [sinks.out] is \"csv\"",
+        },
+        Broken {
+            name: "interval",
+            from: "\"50ms\"",
+            to: "\"fast\"",
+            line: 5,
+            message: "'fast' is not a duration",
+        },
+        Broken {
+            name: "type error",
+            from: "id % 3 <> 0",
+            to: "v + 'x'",
+            line: 17,
+            message: "[transforms.keep] filter = \"v + 'x'\": Cannot coerce",
+        },
+        Broken {
+            name: "unknown column",
+            from: "v * 2.0",
+            to: "vv * 2.0",
+            line: 18,
+            message: "there is no column 'vv'",
+        },
+        Broken {
+            name: "unknown function",
+            from: "v * 2.0",
+            to: "frobnicate(v)",
+            line: 18,
+            message: "Invalid function 'frobnicate'",
+        },
+        Broken {
+            name: "not boolean",
+            from: "id % 3 <> 0",
+            to: "id % 3",
+            line: 17,
+            message: "a filter must be true or false",
+        },
+        Broken {
+            name: "bad TOML",
+            from: "rows = 1000",
+            to: "rows = ",
+            line: 10,
+            message: "this is not valid TOML",
+        },
+    ];
+    for case in &cases {
+        assert!(
+            good.contains(case.from),
+            "{}: the good spec lacks {}",
+            case.name,
+            case.from
+        );
+        let file = format!("{}.toml", case.name.replace(' ', "_"));
+        let spec = folder.write(&file, &good.replacen(case.from, case.to, 1));
+        let output = tidewater().arg("validate").arg(&spec).output().unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{}: {}",
+            case.name,
+            text(&output)
+        );
+        let want = format!("{}:{}:", spec.display(), case.line);
+        let said = stderr(&output);
+        let line = said
+            .lines()
+            .find(|l| l.contains(case.message))
+            .unwrap_or_else(|| panic!("{}: no '{}' in\n{said}", case.name, case.message));
+        assert!(
+            line.contains(&want),
+            "{}: '{line}' is not at {want}",
+            case.name
+        );
+    }
+    // All problems of a spec in one run.
+    let many = good
+        .replace("parallelism = 2", "paralelism = 2")
+        .replace("v * 2.0", "vv * 2.0")
+        .replace("inputs = [\"keep\"]", "inputs = [\"kep\"]");
+    let spec = folder.write("many.toml", &many);
+    let output = tidewater().arg("validate").arg(&spec).output().unwrap();
+    assert!(
+        stderr(&output).contains("4 problems in"),
+        "{}",
+        text(&output)
+    );
+    // And the good one passes.
+    let spec = folder.write("good.toml", &good);
+    let output = tidewater().arg("validate").arg(&spec).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+}
+
+#[test]
+fn a_missing_environment_variable_is_named_with_its_key() {
+    let folder = Folder::new();
+    let spec = folder.write(
+        "job.toml",
+        &copy_spec(1000, 10, "./state", "${env:TIDEWATER_TEST_NOT_SET}"),
+    );
+    let output = tidewater()
+        .arg("run")
+        .arg(&spec)
+        .env_remove("TIDEWATER_TEST_NOT_SET")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains(
+            "`path` in [sinks.out]: environment variable TIDEWATER_TEST_NOT_SET is not set"
+        ),
+        "{said}"
+    );
+    // Set, it expands; in a comment, nothing happens.
+    let spec = folder.write(
+        "set.toml",
+        &(copy_spec(1000, 10, &folder.s("state"), "${env:TIDEWATER_TEST_OUT}")
+            + "# ${env:NOT_SET_EITHER}\n"),
+    );
+    let output = tidewater()
+        .arg("run")
+        .arg(&spec)
+        .env("TIDEWATER_TEST_OUT", folder.path("out"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert_copy_output(&folder.path("out"), 1000, 10);
+}
+
+#[test]
+fn a_row_an_expression_fails_on_fails_the_job_naming_the_transform_and_the_row() {
+    let folder = Folder::new();
+    let spec = copy_spec(10_000, 10, &folder.s("state"), &folder.s("out"))
+        .replace("w = \"v * 2.0\"", "w = \"id / (id - 7001)\"");
+    let spec = folder.write("job.toml", &spec);
+    let output = run(&spec, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains("[transforms.keep] columns.w = \"id / (id - 7001)\""),
+        "{said}"
+    );
+    assert!(said.contains("Divide by zero"), "{said}");
+    assert!(said.contains("{id: 7001, k: "), "{said}");
+}
+
+#[test]
+fn checkpoints_list_and_inspect_a_state_folder() {
+    let folder = Folder::new();
+    let spec = folder.write(
+        "job.toml",
+        &aggregate_spec(200_000, 1_000, &folder.s("state"), &folder.s("out")),
+    );
+    let output = run(&spec, &[]);
+    assert!(output.status.success(), "{}", text(&output));
+    let list = tidewater()
+        .args(["checkpoints", "list"])
+        .arg(folder.path("state"))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(list.status.success(), "{}", text(&list));
+    assert!(listed.contains("job aggregate:"), "{listed}");
+    let final_line = listed
+        .lines()
+        .find(|l| l.contains(" final "))
+        .unwrap_or_else(|| panic!("no final checkpoint in\n{listed}"));
+    assert!(
+        final_line.contains("200000") && final_line.ends_with("kept"),
+        "{final_line}"
+    );
+    let id: String = final_line.split_whitespace().next().unwrap().to_string();
+    let inspect = tidewater()
+        .args(["checkpoints", "inspect"])
+        .arg(folder.path("state"))
+        .arg(&id)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&inspect.stdout).into_owned();
+    assert!(inspect.status.success(), "{}", text(&inspect));
+    for uid in [
+        "gen (Source",
+        "per_key.local",
+        "per_key (Operator",
+        "out (Sink",
+    ] {
+        assert!(shown.contains(uid), "no {uid} in\n{shown}");
+    }
+    assert!(shown.contains("commit handle"), "{shown}");
+    assert!(!shown.contains("BAD"), "{shown}");
+}
+
+#[test]
+fn inspect_reports_a_damaged_blob() {
+    let folder = Folder::new();
+    let mut spec = aggregate_spec(3_000_000, 1_000, &folder.s("state"), &folder.s("out"));
+    spec = spec.replace(
+        "batch_rows = 4096",
+        "batch_rows = 4096\nrate_limit = 1_000_000",
+    );
+    let spec = folder.write("job.toml", &spec);
+    let mut child = tidewater()
+        .arg("run")
+        .arg(&spec)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    signal(&child, "INT");
+    assert_eq!(
+        wait_or_kill(&mut child, Duration::from_secs(60)).and_then(|s| s.code()),
+        Some(3)
+    );
+    // The savepoint is the newest checkpoint; flip a byte of a state blob.
+    let job = folder.path("state").join("aggregate");
+    let newest = std::fs::read_dir(&job)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.join("_MANIFEST.json").exists())
+        .max()
+        .expect("a checkpoint folder");
+    let blob = walk(&newest)
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("per_key.local"))
+        .expect("a blob of per_key.local");
+    let mut bytes = std::fs::read(&blob).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&blob, bytes).unwrap();
+    let id = newest
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .trim_start_matches(|c: char| !c.is_ascii_digit())
+        .trim_start_matches('0')
+        .to_string();
+    let inspect = tidewater()
+        .args(["checkpoints", "inspect"])
+        .arg(folder.path("state"))
+        .arg(&id)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&inspect.stdout).into_owned();
+    assert_eq!(inspect.status.code(), Some(1), "{}", text(&inspect));
+    assert!(shown.contains("BAD:"), "{shown}");
+    assert!(
+        shown.contains("a restore falls back past this checkpoint"),
+        "{shown}"
+    );
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
+
+#[test]
+fn checkpoints_on_the_s3_test_server() {
+    let Some(prefix) = s3_prefix("cli-checkpoints") else {
+        return;
+    };
+    let folder = Folder::new();
+    let state = format!("{prefix}/state");
+    let spec = folder.write(
+        "job.toml",
+        &copy_spec(100_000, 100, &state, &format!("{prefix}/out")),
+    );
+    let output = run(&spec, &[]);
+    assert!(output.status.success(), "{}", text(&output));
+    let list = tidewater()
+        .args(["checkpoints", "list", &state])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(
+        list.status.success() && listed.contains(" final "),
+        "{}",
+        text(&list)
+    );
+    let id = listed
+        .lines()
+        .find(|l| l.contains(" final "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let inspect = tidewater()
+        .args(["checkpoints", "inspect", &state, &id, "--job", "copy"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&inspect.stdout).into_owned();
+    assert!(inspect.status.success(), "{}", text(&inspect));
+    assert!(
+        shown.contains("out (Sink") && shown.contains("commit handle"),
+        "{shown}"
+    );
+}
+
+fn example_spec(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/specs")
+        .join(name)
+}
+
+/// Runs an example spec in `dir` (its paths are relative) with `env`.
+fn run_example(dir: &Path, name: &str, env: &[(&str, &str)]) -> Output {
+    let mut command = tidewater();
+    command.current_dir(dir).arg("run").arg(example_spec(name));
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let output = command.output().expect("running tidewater");
+    assert!(output.status.success(), "{name}:\n{}", text(&output));
+    output
+}
+
+/// Asserts `out` holds what parquet_to_parquet.toml makes of the copy job's
+/// output: rows with v >= 0.5, as (id, tag, v_cents, s).
+fn assert_reshaped(batches: &[arrow::array::RecordBatch], rows: u64, keys: u64) {
+    use arrow::array::AsArray;
+    use arrow::datatypes::Int64Type;
+    let mut ids = Vec::new();
+    for batch in batches {
+        let names: Vec<_> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["id", "tag", "v_cents", "s"]);
+        let id = batch.column(0).as_primitive::<Int64Type>();
+        let tag = batch.column(1).as_string::<i32>();
+        let cents = batch.column(2).as_primitive::<Int64Type>();
+        for row in 0..batch.num_rows() {
+            let i = id.value(row) as u64;
+            let k = tidewater_core::splitmix64(i) % keys;
+            assert_eq!(tag.value(row), format!("k-{k}"), "tag of {i}");
+            assert_eq!(
+                cents.value(row),
+                ((i % 1000) as f64 / 4.0 * 100.0).round() as i64
+            );
+            ids.push(i);
+        }
+    }
+    ids.sort_unstable();
+    let expected: Vec<u64> = (0..rows)
+        .filter(|i| i % 3 != 0 && (i % 1000) as f64 / 4.0 >= 0.5)
+        .collect();
+    assert_eq!(ids.len(), expected.len(), "reshaped rows");
+    assert!(ids == expected, "reshaped ids differ");
+}
+
+#[test]
+fn the_example_specs_run_and_write_what_they_say() {
+    let folder = Folder::new();
+    run_example(&folder.root, "copy.toml", &[]);
+    assert_copy_output(&folder.path("tidewater-out"), 10_000_000, 100_000);
+    run_example(&folder.root, "aggregate.toml", &[]);
+    assert_aggregate_output(&folder.path("tidewater-out-aggregate"), 10_000_000, 100_000);
+    // Parquet to Parquet, locally and onto the S3 test server.
+    let input = folder.s("tidewater-out");
+    run_example(
+        &folder.root,
+        "parquet_to_parquet.toml",
+        &[("IN", &input), ("OUT", &folder.s("reshaped"))],
+    );
+    assert_reshaped(
+        &common::read_output(&folder.path("reshaped")),
+        10_000_000,
+        100_000,
+    );
+    if let Some(prefix) = s3_prefix("cli-example") {
+        let s3_folder = Folder::new();
+        let out = format!("{prefix}/reshaped");
+        run_example(
+            &s3_folder.root,
+            "parquet_to_parquet.toml",
+            &[("IN", &input), ("OUT", &out)],
+        );
+        // Read back through the CLI itself: a copy spec from S3 to a folder.
+        let back = s3_folder.write(
+            "back.toml",
+            &format!(
+                r#"
+[job]
+name = "back"
+state = "{}"
+
+[sources.s3]
+type = "parquet"
+path = "{out}"
+
+[sinks.local]
+inputs = ["s3"]
+type = "parquet"
+path = "{}"
+"#,
+                s3_folder.s("state-back"),
+                s3_folder.s("back")
+            ),
+        );
+        let output = run(&back, &[]);
+        assert!(output.status.success(), "{}", text(&output));
+        assert_reshaped(
+            &common::read_output(&s3_folder.path("back")),
+            10_000_000,
+            100_000,
+        );
+    }
+}
+
+#[test]
+fn the_postgres_example_specs_run_against_the_test_servers() {
+    let Some(db) = common::Db::fresh("cli_examples") else {
+        return;
+    };
+    let folder = Folder::new();
+    common::sql(
+        &db.url,
+        "CREATE TABLE events (id bigint PRIMARY KEY, k bigint, v double precision, s text);
+         INSERT INTO events SELECT i, i % 100, (i % 1000) / 4.0, md5(i::text)
+           FROM generate_series(1, 50000) i;
+         ANALYZE events",
+    );
+    run_example(
+        &folder.root,
+        "postgres_to_postgres.toml",
+        &[("PG_URL", &db.url), ("PG_REPLICA_URL", &db.replica)],
+    );
+    assert_eq!(
+        common::one(
+            &db.url,
+            "SELECT count(*), sum(n.v) = 100 * sum(o.v), bool_and(n.s = upper(o.s) AND n.k = o.k)
+               FROM events_v2 n JOIN events o USING (id)"
+        ),
+        "50000|t|t"
+    );
+    assert_eq!(
+        common::one(&db.url, "SELECT count(*) FROM events_v2"),
+        "50000"
+    );
+    // Parquet into the table: files of (id, k, v, s) from a small copy job.
+    let make = folder.write(
+        "make.toml",
+        &copy_spec(30_000, 100, &folder.s("state-make"), &folder.s("files")).replace(
+            "columns = { w = \"v * 2.0\" }",
+            "select = [\"id\", \"k\", \"v\", \"s\"]",
+        ),
+    );
+    let output = run(&make, &[]);
+    assert!(output.status.success(), "{}", text(&output));
+    let files = folder.s("files");
+    run_example(
+        &folder.root,
+        "parquet_to_postgres.toml",
+        &[("IN", &files), ("PG_URL", &db.url)],
+    );
+    assert_eq!(
+        common::one(
+            &db.url,
+            "SELECT count(*), count(*) FILTER (WHERE id % 3 = 0), sum(v) FROM events_loaded"
+        ),
+        {
+            let sum: f64 = (0..30_000u64)
+                .filter(|i| i % 3 != 0)
+                .map(|i| (i % 1000) as f64 / 4.0)
+                .sum();
+            format!("20000|0|{sum}")
+        }
+    );
+}
