@@ -772,3 +772,55 @@ fn the_postgres_example_specs_run_against_the_test_servers() {
         }
     );
 }
+
+#[test]
+fn validate_connect_opens_every_source_and_sink() {
+    let Some(db) = common::Db::fresh("cli_validate") else {
+        return;
+    };
+    let folder = Folder::new();
+    common::sql(
+        &db.url,
+        "CREATE TABLE events (id bigint PRIMARY KEY, k bigint, v double precision, s text)",
+    );
+    let spec = std::fs::read_to_string(example_spec("postgres_to_postgres.toml")).unwrap();
+    let validate = |text: &str, connect: bool| {
+        let path = folder.write("job.toml", text);
+        let mut command = tidewater();
+        command
+            .current_dir(&folder.root)
+            .arg("validate")
+            .arg(&path)
+            .env("PG_URL", &db.url)
+            .env("PG_REPLICA_URL", &db.replica);
+        if connect {
+            command.arg("--connect");
+        }
+        command.output().unwrap()
+    };
+    let good = validate(&spec, true);
+    assert!(good.status.success(), "{}", text(&good));
+    // Opened, not written: the sink's `create` ran, no row went in.
+    assert_eq!(common::one(&db.url, "SELECT count(*) FROM events_v2"), "0");
+    // Offline, a type error in an expression over a PostgreSQL source
+    // cannot be seen (its schema is unknown); connected, it is.
+    let typo = spec.replace("v = \"v * 100\"", "v = \"s * 100\"");
+    assert!(validate(&typo, false).status.success());
+    let connected = validate(&typo, true);
+    assert_eq!(connected.status.code(), Some(2), "{}", text(&connected));
+    assert!(
+        stderr(&connected).contains("[transforms.v2] columns.v = \"s * 100\""),
+        "{}",
+        text(&connected)
+    );
+    // A table that is not there is named with its component.
+    let missing = spec.replace("table = \"events\"", "table = \"no_such_table\"");
+    let output = validate(&missing, true);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains("[sources.events] could not be opened"),
+        "{said}"
+    );
+    assert!(said.contains("no_such_table"), "{said}");
+}
