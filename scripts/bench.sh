@@ -6,6 +6,7 @@
 #   bash scripts/bench.sh matrix     # throughput and memory across modes, keys, parallelism
 #   bash scripts/bench.sh micro      # criterion micro-benchmarks
 #   bash scripts/bench.sh duckdb     # Parquet GROUP BY beside DuckDB (installs duckdb from PyPI)
+#   bash scripts/bench.sh cli        # the copy job as a spec beside the backfill example
 #
 # Results go to bench-results/ (CSV, plots); docs/benchmarks.md quotes them.
 set -euo pipefail
@@ -56,4 +57,11 @@ if [[ $what == all || $what == duckdb ]]; then
   cargo run --release --quiet -p tidewater-bench -- duckdb --rows "$rows" --keys 1000000 \
     --parallelism 2 --duckdb-threads 2 --interval 1s --repeat 5 \
     --out-dir "$out/duckdb" | tee "$out/duckdb.txt"
+fi
+
+if [[ $what == all || $what == cli ]]; then
+  # The spec's SQL filter and computed column against the example's closures.
+  cargo build --release -p tidewater-cli --bin tidewater
+  python3 scripts/cli_bench.py --rows "${CLI_ROWS:-200000000}" --repeat "${REPEAT:-5}" \
+    --out "$out/cli" | tee "$out/cli.txt"
 fi

@@ -79,6 +79,7 @@ pub fn progress_text(p: &ProgressSnapshot) -> String {
         ),
     };
     let throttled = match p.throttled_sources {
+        _ if !p.throttled_by.is_empty() => format!(", throttled: {}", p.throttled_by.join(", ")),
         0 if p.throttled.as_secs_f64() < 0.1 => String::new(),
         0 => format!(", throttled {:.1}s so far", p.throttled.as_secs_f64()),
         n => format!(
@@ -107,6 +108,7 @@ pub fn progress_json(p: &ProgressSnapshot) -> serde_json::Value {
         "last_checkpoint_age_s": p.exposure.as_secs_f64(),
         "throttled_sources": p.throttled_sources,
         "throttled_s": p.throttled.as_secs_f64(),
+        "throttled_by": p.throttled_by,
         "elapsed_s": p.elapsed.as_secs_f64(),
     })
 }
@@ -151,5 +153,15 @@ mod tests {
         assert_eq!(eta(&snapshot(999_999, 1_000_000, 10)), "<1s");
         assert_eq!(eta(&snapshot(1000, 1000, 1)), "finishing");
         assert!(progress_text(&snapshot(10, 0, 1)).starts_with("10/? rows"));
+        let held = ProgressSnapshot {
+            throttled_sources: 2,
+            throttled_by: vec!["replica lag 3.2s > 2.0s".into()],
+            ..snapshot(10, 100, 1)
+        };
+        assert!(
+            progress_text(&held).ends_with(", throttled: replica lag 3.2s > 2.0s"),
+            "{}",
+            progress_text(&held)
+        );
     }
 }

@@ -824,3 +824,35 @@ fn validate_connect_opens_every_source_and_sink() {
     );
     assert!(said.contains("no_such_table"), "{said}");
 }
+
+#[test]
+fn json_progress_says_rows_eta_and_what_throttles() {
+    let folder = Folder::new();
+    let spec = copy_spec(1_500_000, 100, &folder.s("state"), &folder.s("out")).replace(
+        "batch_rows = 4096",
+        "batch_rows = 4096\nrate_limit = 500_000",
+    );
+    let spec = folder.write("job.toml", &spec);
+    let output = run(
+        &spec,
+        &["--progress", "json", "--progress-interval", "300ms"],
+    );
+    assert!(output.status.success(), "{}", text(&output));
+    let lines: Vec<serde_json::Value> = stderr(&output)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("rows_read").is_some())
+        .collect();
+    assert!(lines.len() >= 2, "{}", text(&output));
+    for line in &lines {
+        assert_eq!(line["rows_total"], 1_500_000, "{line}");
+        assert_ne!(line["eta"], "0s", "{line}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["throttled_by"][0] == "rate limit 500000 rows/s"),
+        "{}",
+        text(&output)
+    );
+}

@@ -20,6 +20,13 @@ pub trait Throttle: Send + Sync + 'static {
     /// batch fetched last (0 before the first). Must be cancel-safe: the
     /// runtime drops the future to take a checkpoint and calls again.
     async fn admit(&self, rows: u64) -> Result<()>;
+
+    /// What would hold a fetch now, in words (`replica lag 3.2s > 2.0s`),
+    /// for progress displays; `None` when nothing would. Shown only for
+    /// waits that last.
+    fn why_waiting(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Holds a source at or below a number of rows per second (token bucket
@@ -55,6 +62,10 @@ impl RateLimit {
 
 #[async_trait]
 impl Throttle for RateLimit {
+    fn why_waiting(&self) -> Option<String> {
+        Some(format!("rate limit {} rows/s", self.rows_per_second))
+    }
+
     async fn admit(&self, rows: u64) -> Result<()> {
         // Cancel-safe: the rows are debited only when admitted, so a wait
         // interrupted by a checkpoint and started again costs nothing extra.

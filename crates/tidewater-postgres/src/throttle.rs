@@ -53,6 +53,8 @@ struct Inner {
     low: Duration,
     poll: Duration,
     paused: AtomicBool,
+    /// The last lag read, as f64 bits.
+    last_lag: std::sync::atomic::AtomicU64,
     resumed: Notify,
     poller: OnceCell<()>,
 }
@@ -66,6 +68,7 @@ impl Inner {
             low,
             poll,
             paused: AtomicBool::new(false),
+            last_lag: std::sync::atomic::AtomicU64::new(0),
             resumed: Notify::new(),
             poller: OnceCell::new(),
         }
@@ -155,6 +158,7 @@ impl ReplicaLagThrottle {
     fn apply(&self, lag: f64) {
         let inner = &self.inner;
         let (high, low) = (inner.high.as_secs_f64(), inner.low.as_secs_f64());
+        inner.last_lag.store(lag.to_bits(), Ordering::Release);
         let was = inner.paused.load(Ordering::Acquire);
         let now = next_paused(was, lag, high, low);
         if now != was {
@@ -191,6 +195,16 @@ async fn read_lag(pool: &PgPool, source: LagSource) -> Result<f64> {
 
 #[async_trait]
 impl Throttle for ReplicaLagThrottle {
+    fn why_waiting(&self) -> Option<String> {
+        self.is_paused().then(|| {
+            let lag = f64::from_bits(self.inner.last_lag.load(Ordering::Acquire));
+            format!(
+                "replica lag {lag:.1}s > {:.1}s",
+                self.inner.high.as_secs_f64()
+            )
+        })
+    }
+
     async fn admit(&self, _rows: u64) -> Result<()> {
         self.inner.poller.get_or_try_init(|| self.start()).await?;
         loop {

@@ -71,6 +71,9 @@ pub struct ProgressSnapshot {
     pub throttled: Duration,
     /// Source subtasks waiting on a throttle at this moment.
     pub throttled_sources: u64,
+    /// What holds the sources that have waited a while (`replica lag 3.2s >
+    /// 2.0s`, `rate limit 50000 rows/s`), each once.
+    pub throttled_by: Vec<String>,
 }
 
 /// Throttle waits, in microseconds since the job's start.
@@ -84,12 +87,23 @@ struct ThrottleClock {
     /// `waiting * now - began_us`, so a source held for minutes in one wait
     /// shows it growing.
     began_us: u64,
+    /// What holds each wait going on now, with when it began.
+    reasons: Vec<(u64, String)>,
+    /// What held waits that ended, each with when its last such wait ended.
+    recent: Vec<(u64, String)>,
 }
+
+/// Waits shorter than this are a throttle letting rows through, not holding them.
+const HOLDING_US: u64 = 5_000;
+/// A reason is shown for this long after its last holding wait ended: a
+/// rate limit holds a source in many short waits.
+const RECENT_US: u64 = 1_000_000;
 
 /// Counts a source subtask as throttled while it lives.
 pub(crate) struct ThrottleWait<'a> {
     progress: &'a Progress,
     began_us: u64,
+    reason: Option<String>,
 }
 
 impl Drop for ThrottleWait<'_> {
@@ -98,6 +112,19 @@ impl Drop for ThrottleWait<'_> {
         let mut clock = self.progress.lock_throttled();
         clock.waiting -= 1;
         clock.began_us -= self.began_us;
+        if let Some(reason) = self.reason.take() {
+            if let Some(at) = clock
+                .reasons
+                .iter()
+                .position(|(began, r)| *began == self.began_us && *r == reason)
+            {
+                clock.reasons.swap_remove(at);
+            }
+            if now.saturating_sub(self.began_us) >= HOLDING_US {
+                clock.recent.retain(|(_, r)| *r != reason);
+                clock.recent.push((now, reason));
+            }
+        }
         clock.ended_us += now.saturating_sub(self.began_us);
     }
 }
@@ -140,15 +167,20 @@ impl Progress {
     }
 
     /// Marks one source subtask as waiting on its throttles until the guard
-    /// drops; the wait counts as throttled time from now on.
-    pub(crate) fn throttle_wait(&self) -> ThrottleWait<'_> {
+    /// drops; the wait counts as throttled time from now on. `reason` is
+    /// what holds it, shown once the wait lasts.
+    pub(crate) fn throttle_wait(&self, reason: Option<String>) -> ThrottleWait<'_> {
         let began_us = self.micros();
         let mut clock = self.lock_throttled();
         clock.waiting += 1;
         clock.began_us += began_us;
+        if let Some(r) = &reason {
+            clock.reasons.push((began_us, r.clone()));
+        }
         ThrottleWait {
             progress: self,
             began_us,
+            reason,
         }
     }
 
@@ -209,12 +241,26 @@ impl Progress {
         let rows_read = self.rows_read.load(Ordering::Relaxed);
         let at_checkpoint = self.rows_at_last_checkpoint.load(Ordering::Relaxed);
         let last_at = Duration::from_millis(self.last_checkpoint_at_ms.load(Ordering::Relaxed));
-        let (throttled_us, throttled_sources) = {
+        let (throttled_us, throttled_sources, mut throttled_by) = {
             let now = self.micros();
             let clock = self.lock_throttled();
             let ongoing = (clock.waiting * now).saturating_sub(clock.began_us);
-            (clock.ended_us + ongoing, clock.waiting)
+            let ongoing_reasons = clock
+                .reasons
+                .iter()
+                .filter(|(began, _)| now.saturating_sub(*began) >= HOLDING_US);
+            let recent_reasons = clock
+                .recent
+                .iter()
+                .filter(|(ended, _)| now.saturating_sub(*ended) <= RECENT_US);
+            let holding: Vec<String> = ongoing_reasons
+                .chain(recent_reasons)
+                .map(|(_, r)| r.clone())
+                .collect();
+            (clock.ended_us + ongoing, clock.waiting, holding)
         };
+        throttled_by.sort();
+        throttled_by.dedup();
         ProgressSnapshot {
             rows_read,
             rows_written: self.rows_written.load(Ordering::Relaxed),
@@ -233,6 +279,7 @@ impl Progress {
             },
             throttled: Duration::from_micros(throttled_us),
             throttled_sources,
+            throttled_by,
         }
     }
 }
@@ -268,16 +315,29 @@ mod tests {
     #[test]
     fn a_wait_counts_while_it_lasts_and_after_it_ends() {
         let progress = Progress::new(0);
-        let wait = progress.throttle_wait();
+        let wait = progress.throttle_wait(Some("replica lag 3.2s > 2.0s".into()));
+        let quick = progress.throttle_wait(Some("rate limit 10 rows/s".into()));
+        assert!(
+            progress.snapshot().throttled_by.is_empty(),
+            "a new wait is not holding yet"
+        );
+        drop(quick);
         std::thread::sleep(Duration::from_millis(30));
         let during = progress.snapshot();
         assert_eq!(during.throttled_sources, 1);
         assert!(during.throttled >= Duration::from_millis(30), "{during:?}");
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(80));
+        assert_eq!(
+            progress.snapshot().throttled_by,
+            ["replica lag 3.2s > 2.0s"]
+        );
         drop(wait);
         let after = progress.snapshot();
         assert_eq!(after.throttled_sources, 0);
-        assert!(after.throttled >= Duration::from_millis(50), "{after:?}");
+        // Shown for a second after a wait that held, for the many short
+        // waits of a rate limit.
+        assert_eq!(after.throttled_by, ["replica lag 3.2s > 2.0s"]);
+        assert!(after.throttled >= Duration::from_millis(110), "{after:?}");
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(
             progress.snapshot().throttled,

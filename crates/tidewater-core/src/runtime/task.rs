@@ -362,7 +362,8 @@ impl SourceTask {
 
             if !self.throttles.is_empty() {
                 // A throttled source still answers checkpoints and cancels.
-                let held = self.core.progress.throttle_wait();
+                let why = self.throttles.iter().find_map(|t| t.why_waiting());
+                let held = self.core.progress.throttle_wait(why);
                 let waited = {
                     let throttles = &self.throttles;
                     let control = &mut self.control;
