@@ -26,40 +26,52 @@ fn tidewater() -> Command {
 
 /// The copy job of the backfill example, as a spec.
 fn copy_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
-    format!(
-        r#"
-[job]
-name = "copy"
-state = "{state}"
-checkpoint_interval = "50ms"
-parallelism = 2
-
-[sources.gen]
-type = "generator"
-rows = {rows}
-keys = {keys}
-batch_rows = 4096
-
-[transforms.keep]
+    spec_with(
+        "copy",
+        rows,
+        keys,
+        state,
+        out,
+        r#"[transforms.keep]
 inputs = ["gen"]
 type = "sql"
 filter = "id % 3 <> 0"
-columns = {{ w = "v * 2.0" }}
-
-[sinks.out]
-inputs = ["keep"]
-type = "parquet"
-path = "{out}"
-"#
+columns = { w = "v * 2.0" }"#,
+        "keep",
     )
 }
 
 /// The aggregate job of the backfill example, as a spec.
 fn aggregate_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
+    spec_with(
+        "aggregate",
+        rows,
+        keys,
+        state,
+        out,
+        r#"[transforms.per_key]
+inputs = ["gen"]
+type = "aggregate"
+key_by = ["k"]
+aggregates = { count = "count(*)", sum_v = "sum(v)", max_id = "max(id)" }"#,
+        "per_key",
+    )
+}
+
+/// A generator, `transform` (a table read by `last`), a Parquet sink.
+fn spec_with(
+    name: &str,
+    rows: u64,
+    keys: u64,
+    state: &str,
+    out: &str,
+    transform: &str,
+    last: &str,
+) -> String {
     format!(
         r#"
 [job]
-name = "aggregate"
+name = "{name}"
 state = "{state}"
 checkpoint_interval = "50ms"
 parallelism = 2
@@ -70,14 +82,10 @@ rows = {rows}
 keys = {keys}
 batch_rows = 4096
 
-[transforms.per_key]
-inputs = ["gen"]
-type = "aggregate"
-key_by = ["k"]
-aggregates = {{ count = "count(*)", sum_v = "sum(v)", max_id = "max(id)" }}
+{transform}
 
 [sinks.out]
-inputs = ["per_key"]
+inputs = ["{last}"]
 type = "parquet"
 path = "{out}"
 "#

@@ -43,13 +43,7 @@ impl std::error::Error for BuildError {}
 
 /// Opens (when `connect`) and checks everything; what `validate` runs.
 pub async fn validate(spec: &Spec, connect: bool) -> Result<(), BuildError> {
-    let opened = opened(spec, connect).await?;
-    let schemas = opened
-        .sources
-        .iter()
-        .map(|(id, s)| (id.clone(), s.schema()))
-        .collect::<HashMap<_, _>>();
-    let checked = check::check(spec, &schemas).map_err(BuildError::Spec)?;
+    let (opened, checked) = open_and_check(spec, connect).await?;
     if connect {
         into_job(spec, opened, &checked, spec.job.parallelism)?;
     }
@@ -58,14 +52,22 @@ pub async fn validate(spec: &Spec, connect: bool) -> Result<(), BuildError> {
 
 /// The job `spec` describes, at `parallelism`.
 pub async fn build(spec: &Spec, parallelism: usize) -> Result<Job, BuildError> {
-    let opened = opened(spec, true).await?;
+    let (opened, checked) = open_and_check(spec, true).await?;
+    into_job(spec, opened, &checked, parallelism)
+}
+
+async fn open_and_check(
+    spec: &Spec,
+    connect: bool,
+) -> Result<(open::Opened, check::Checked), BuildError> {
+    let opened = opened(spec, connect).await?;
     let schemas = opened
         .sources
         .iter()
         .map(|(id, s)| (id.clone(), s.schema()))
         .collect::<HashMap<_, _>>();
     let checked = check::check(spec, &schemas).map_err(BuildError::Spec)?;
-    into_job(spec, opened, &checked, parallelism)
+    Ok((opened, checked))
 }
 
 /// The schemas known without I/O: the generators'.
