@@ -8,9 +8,12 @@
 //! and column), [`build`] turns one into a job, [`commands`] are its
 //! subcommands.
 
+#[cfg(feature = "specs")]
 pub mod build;
+#[cfg(feature = "specs")]
 pub mod commands;
 pub mod events;
 pub mod progress;
 pub mod runner;
+#[cfg(feature = "specs")]
 pub mod spec;
