@@ -265,6 +265,7 @@ impl Uploader {
             Parts::Staged { parts } => {
                 if self.store.head(&path).await.is_ok() {
                     // Concatenated before a crash; only the leftovers may remain.
+                    self.delete_concatenation_leftovers(parts)?;
                     return self.delete_all(parts).await;
                 }
                 if let (Some(root), Some(first)) = (&self.local_root, parts.first()) {
@@ -290,6 +291,7 @@ impl Uploader {
                         file: path.as_ref(),
                     }
                     .emit();
+                    self.delete_concatenation_leftovers(parts)?;
                     return self.delete_all(parts).await;
                 }
                 let writer = self
@@ -394,6 +396,17 @@ impl Uploader {
     /// the local folder `relative`, for names starting with `prefix`. The
     /// local store does not list them; other stores have none.
     pub fn delete_local_temporaries(&self, relative: &str, prefix: &str) -> Result<()> {
+        self.delete_local_files(relative, prefix, |name| name.contains('#'))
+    }
+
+    /// Deletes the files in local folder `relative` whose names start with
+    /// `prefix` and pass `also`; nothing on other stores.
+    fn delete_local_files(
+        &self,
+        relative: &str,
+        prefix: &str,
+        also: impl Fn(&str) -> bool,
+    ) -> Result<()> {
         let Some(root) = &self.local_root else {
             return Ok(());
         };
@@ -403,7 +416,7 @@ impl Uploader {
         };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().to_string();
-            if name.starts_with(prefix) && name.contains('#') {
+            if name.starts_with(prefix) && also(&name) {
                 LeftoverDeleted {
                     file: &entry.path().display().to_string(),
                     what: "a killed write's temporary file",
@@ -422,6 +435,18 @@ impl Uploader {
             }
         }
         Ok(())
+    }
+
+    /// Deletes what concatenations of these parts killed mid-way left
+    /// (`{first part}.concat-{pid}-{n}`), once the file is published: a
+    /// commit repeated after the final checkpoint opens no writer whose
+    /// start-up would otherwise delete them.
+    fn delete_concatenation_leftovers(&self, parts: &[String]) -> Result<()> {
+        let Some(first) = parts.first() else {
+            return Ok(());
+        };
+        let (folder, name) = first.rsplit_once('/').unwrap_or(("", first.as_str()));
+        self.delete_local_files(folder, &format!("{name}.concat-"), |_| true)
     }
 
     /// Every object under `relative`.
@@ -575,9 +600,18 @@ mod tests {
                 .await
                 .unwrap();
         }
+        // An earlier process was killed while concatenating these parts.
+        let leftover = dir
+            .path()
+            .join("_staging/u/0000-000000.part-00000.concat-999999-0");
+        std::fs::write(&leftover, b"half a file").unwrap();
         uploader.complete("f.parquet", &parts).await.unwrap();
-        // A commit repeated after a crash leaves the file as it is.
+        assert!(!leftover.exists(), "a killed concatenation's file was left");
+        // A commit repeated after a crash leaves the file as it is, and
+        // removes what a concatenation killed after the publication left.
+        std::fs::write(&leftover, b"half a file").unwrap();
         uploader.complete("f.parquet", &parts).await.unwrap();
+        assert!(!leftover.exists(), "a killed concatenation's file was left");
 
         let written = std::fs::read(dir.path().join("f.parquet")).unwrap();
         assert_eq!(written, chunks.concat());
