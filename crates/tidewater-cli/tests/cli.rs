@@ -864,3 +864,44 @@ fn json_progress_says_rows_eta_and_what_throttles() {
         text(&output)
     );
 }
+
+#[test]
+fn validate_connect_learns_whether_the_output_takes_writes() {
+    let folder = Folder::new();
+    // A local output: the probe is written and deleted, nothing stays.
+    let spec = folder.write(
+        "local.toml",
+        &copy_spec(1000, 10, &folder.s("state"), &folder.s("out")),
+    );
+    let output = tidewater()
+        .args(["validate", "--connect"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    let left: Vec<_> = std::fs::read_dir(folder.path("out"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "validate left {left:?} in the output");
+    // A bucket that does not exist is named, with the sink.
+    let Some(prefix) = s3_prefix("cli-probe") else {
+        return;
+    };
+    let missing_bucket = prefix.replacen("s3://", "s3://no-such-bucket-", 1);
+    let spec = folder.write(
+        "s3.toml",
+        &copy_spec(1000, 10, &folder.s("state"), &missing_bucket),
+    );
+    let output = tidewater()
+        .args(["validate", "--connect"])
+        .arg(&spec)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let said = stderr(&output);
+    assert!(said.contains("[sinks.out] could not be opened"), "{said}");
+    assert!(said.contains("does not take writes"), "{said}");
+    // Offline, the same spec is valid: nothing was opened.
+    let output = tidewater().arg("validate").arg(&spec).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+}

@@ -45,6 +45,10 @@ impl std::error::Error for BuildError {}
 pub async fn validate(spec: &Spec, connect: bool) -> Result<(), BuildError> {
     let (opened, checked) = open_and_check(spec, connect).await?;
     if connect {
+        let failures = open::probe_outputs(spec).await;
+        if !failures.is_empty() {
+            return Err(BuildError::Connect(located(spec, failures)));
+        }
         into_job(spec, opened, &checked, spec.job.parallelism)?;
     }
     Ok(())
@@ -79,21 +83,26 @@ pub fn offline_schemas(spec: &Spec) -> HashMap<String, arrow::datatypes::SchemaR
 }
 
 async fn opened(spec: &Spec, connect: bool) -> Result<open::Opened, BuildError> {
-    open::open(spec, connect).await.map_err(|failures| {
-        let mut diags = Diagnostics::new(spec.source.clone());
-        for (id, error) in failures {
-            let c = spec.component(&id).expect("failures name components");
-            diags.push(Diagnostic::at(
-                c.id.span.clone(),
-                format!(
-                    "[{}.{id}] could not be opened: {}",
-                    c.role.table(),
-                    describe_error(&error)
-                ),
-            ));
-        }
-        BuildError::Connect(diags)
-    })
+    open::open(spec, connect)
+        .await
+        .map_err(|failures| BuildError::Connect(located(spec, failures)))
+}
+
+/// Connector failures as problems at their components.
+fn located(spec: &Spec, failures: Vec<(String, anyhow::Error)>) -> Diagnostics {
+    let mut diags = Diagnostics::new(spec.source.clone());
+    for (id, error) in failures {
+        let c = spec.component(&id).expect("failures name components");
+        diags.push(Diagnostic::at(
+            c.id.span.clone(),
+            format!(
+                "[{}.{id}] could not be opened: {}",
+                c.role.table(),
+                describe_error(&error)
+            ),
+        ));
+    }
+    diags
 }
 
 fn into_job(

@@ -228,6 +228,51 @@ async fn open_one(c: &Component) -> anyhow::Result<Option<Either>> {
     }))
 }
 
+/// The object `validate --connect` writes and deletes in each Parquet
+/// sink's location, to learn that it takes writes. No row is written.
+pub const PROBE: &str = "_tidewater_validate_probe";
+
+/// Checks that every Parquet sink's location takes a write (credentials,
+/// permissions, the bucket exists): puts a small object there and deletes
+/// it. Each failure names the component.
+pub async fn probe_outputs(spec: &Spec) -> Vec<(String, anyhow::Error)> {
+    let mut failures = Vec::new();
+    for c in &spec.components {
+        let Kind::ParquetSink { path, .. } = &c.kind else {
+            continue;
+        };
+        if let Err(e) = probe_output(path).await {
+            failures.push((
+                c.id.value.clone(),
+                anyhow::Error::new(e).context(format!(
+                    "the output {path} does not take writes; check the credentials, the \
+                     permissions and that the bucket or folder exists"
+                )),
+            ));
+        }
+    }
+    failures
+}
+
+async fn probe_output(path: &str) -> tidewater_core::Result<()> {
+    use object_store::{ObjectStoreExt, PutPayload};
+    let location = tidewater_core::open_location(path)?;
+    let probe = location.prefix.clone().join(PROBE);
+    location
+        .store
+        .put(
+            &probe,
+            PutPayload::from_static(b"written by tidewater validate --connect"),
+        )
+        .await
+        .map_err(|e| tidewater_core::Error::storage("write a probe object", &probe, e))?;
+    location
+        .store
+        .delete(&probe)
+        .await
+        .map_err(|e| tidewater_core::Error::storage("delete the probe object", &probe, e))
+}
+
 /// Puts a source's throttles on its stream.
 pub fn throttle(stream: Stream, spec: &ThrottleSpec) -> Stream {
     let mut stream = stream;
