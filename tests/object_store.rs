@@ -22,7 +22,7 @@ use tidewater::open_location;
 
 use common::{
     Backfill, Rng, assert_copy_output, example_binary, kill_randomly_until_complete, read_output,
-    s3_prefix, text,
+    s3_prefix, text, walk,
 };
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -319,21 +319,6 @@ fn parquet_copy_on_a_local_folder_survives_kills_mid_file() {
         leftovers.is_empty(),
         "staged parts left behind: {leftovers:?}"
     );
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                found.extend(walk(&path));
-            } else {
-                found.push(path);
-            }
-        }
-    }
-    found
 }
 
 fn manifest(checkpoint: u64, epoch: u64) -> tidewater::checkpoint::Manifest {

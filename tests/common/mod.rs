@@ -23,10 +23,6 @@ pub fn backfill_binary() -> PathBuf {
 /// test never runs a stale example (`cargo test --test X` alone does not
 /// rebuild examples).
 pub fn example_binary(name: &'static str) -> PathBuf {
-    built(name, &["--example", name], &["examples", name])
-}
-
-fn built(name: &'static str, what: &[&str], path: &[&str]) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(&'static str, PathBuf)>> =
         std::sync::Mutex::new(Vec::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -45,7 +41,7 @@ fn built(name: &'static str, what: &[&str], path: &[&str]) -> PathBuf {
             .unwrap_or("debug");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
-        build.args(["build", "--quiet"]).args(what);
+        build.args(["build", "--quiet", "--example", name]);
         match profile {
             "debug" => {}
             "release" => {
@@ -58,10 +54,9 @@ fn built(name: &'static str, what: &[&str], path: &[&str]) -> PathBuf {
         let status = build
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
-            .expect("running cargo build");
-        assert!(status.success(), "building {name} failed");
-        path.iter()
-            .fold(profile_dir.to_path_buf(), |p, part| p.join(part))
+            .expect("running cargo build --example");
+        assert!(status.success(), "building the {name} example failed");
+        profile_dir.join("examples").join(name)
     };
     built.push((name, path.clone()));
     path
@@ -514,4 +509,20 @@ impl Db {
         }
         Some(db)
     }
+}
+
+/// Every file below `dir` (none when it does not exist).
+pub fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                found.extend(walk(&path));
+            } else {
+                found.push(path);
+            }
+        }
+    }
+    found
 }

@@ -13,7 +13,8 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tidewater_cli::commands::{self, checkpoints, run, validate};
+use tidewater_cli::commands::{checkpoints, run, validate};
+use tidewater_cli::runner::main_with;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -47,8 +48,8 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run(c) => commands::main_with(run::run(c)),
-        Command::Validate(c) => commands::main_with(validate::validate(c)),
-        Command::Checkpoints(c) => commands::main_with(checkpoints::checkpoints(c)),
+        Command::Run(c) => main_with(run::run(c)),
+        Command::Validate(c) => main_with(validate::validate(c)),
+        Command::Checkpoints(c) => main_with(checkpoints::checkpoints(c)),
     }
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::{
     Rng, assert_aggregate_output, assert_copy_output, kill_randomly_until_complete, s3_prefix,
-    signal, text, wait_or_kill,
+    signal, text, wait_or_kill, walk,
 };
 
 fn tidewater() -> Command {
@@ -128,6 +128,21 @@ fn run(spec: &Path, args: &[&str]) -> Output {
         .expect("running tidewater")
 }
 
+/// Runs `spec`, sends SIGINT (Ctrl-C) after `after`, and waits for the exit.
+fn interrupted_run(spec: &Path, after: Duration) -> Output {
+    let mut child = tidewater()
+        .arg("run")
+        .arg(spec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(after);
+    signal(&child, "INT");
+    wait_or_kill(&mut child, Duration::from_secs(60)).expect("exits after SIGINT");
+    child.wait_with_output().expect("output")
+}
+
 fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
@@ -198,19 +213,9 @@ fn ctrl_c_takes_a_savepoint_and_the_same_command_resumes() {
         "batch_rows = 4096\nrate_limit = 1_000_000",
     );
     let spec = folder.write("job.toml", &body);
-    let mut child = tidewater()
-        .arg("run")
-        .arg(&spec)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(800));
-    signal(&child, "INT");
-    let status = wait_or_kill(&mut child, Duration::from_secs(60)).expect("exits after SIGINT");
-    let first = child.wait_with_output().expect("output");
+    let first = interrupted_run(&spec, Duration::from_millis(800));
     assert_eq!(
-        status.code(),
+        first.status.code(),
         Some(3),
         "cancelled runs exit 3:\n{}",
         text(&first)
@@ -502,19 +507,8 @@ fn inspect_reports_a_damaged_blob() {
         "batch_rows = 4096\nrate_limit = 1_000_000",
     );
     let spec = folder.write("job.toml", &spec);
-    let mut child = tidewater()
-        .arg("run")
-        .arg(&spec)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(600));
-    signal(&child, "INT");
-    assert_eq!(
-        wait_or_kill(&mut child, Duration::from_secs(60)).and_then(|s| s.code()),
-        Some(3)
-    );
+    let cancelled = interrupted_run(&spec, Duration::from_millis(600));
+    assert_eq!(cancelled.status.code(), Some(3), "{}", text(&cancelled));
     // The savepoint is the newest checkpoint; flip a byte of a state blob.
     let job = folder.path("state").join("aggregate");
     let newest = std::fs::read_dir(&job)
@@ -551,19 +545,6 @@ fn inspect_reports_a_damaged_blob() {
         shown.contains("a restore falls back past this checkpoint"),
         "{shown}"
     );
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 #[test]

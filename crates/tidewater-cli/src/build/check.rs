@@ -137,19 +137,7 @@ fn check_sql(
     input: Option<&SchemaRef>,
     diags: &mut Diagnostics,
 ) -> Option<SqlTransform> {
-    let at = |part: Part| -> (String, &Located<String>) {
-        match part {
-            Part::Filter => (
-                "filter".to_string(),
-                sql.filter.as_ref().expect("a filter failed"),
-            ),
-            Part::Column(i) => (format!("columns.{}", sql.columns[i].0), &sql.columns[i].1),
-            Part::Select(i) => {
-                let select = sql.select.as_ref().expect("a selection failed");
-                (format!("select[{i}]"), &select[i])
-            }
-        }
-    };
+    let at = |part: Part| located_part(sql, part);
     let Some(input) = input else {
         let parts = sql
             .filter
@@ -157,11 +145,11 @@ fn check_sql(
             .map(|_| Part::Filter)
             .chain((0..sql.columns.len()).map(Part::Column));
         for part in parts {
-            let (name, text) = at(part);
+            let text = at(part).1;
             if let Err(e) = tidewater_sql::check_syntax(&text.value) {
                 diags.push(Diagnostic::at(
                     text.span.clone(),
-                    format!("[transforms.{id}] {name} = \"{}\": {e}", text.value),
+                    format!("{}: {e}", label(id, sql, part)),
                 ));
             }
         }
@@ -183,15 +171,36 @@ fn check_sql(
         Ok(t) => Some(t),
         Err(problems) => {
             for (part, e) in problems {
-                let (name, text) = at(part);
                 diags.push(Diagnostic::at(
-                    text.span.clone(),
-                    format!("[transforms.{id}] {name} = \"{}\": {e}", text.value),
+                    at(part).1.span.clone(),
+                    format!("{}: {e}", label(id, sql, part)),
                 ));
             }
             None
         }
     }
+}
+
+/// The part of a SQL transform a problem is in: its key and its text.
+fn located_part(sql: &SqlSpec, part: Part) -> (String, &Located<String>) {
+    match part {
+        Part::Filter => (
+            "filter".to_string(),
+            sql.filter.as_ref().expect("a filter failed"),
+        ),
+        Part::Column(i) => (format!("columns.{}", sql.columns[i].0), &sql.columns[i].1),
+        Part::Select(i) => {
+            let select = sql.select.as_ref().expect("a selection failed");
+            (format!("select[{i}]"), &select[i])
+        }
+    }
+}
+
+/// How messages name a part of a SQL transform, before the job starts and
+/// while it runs: `[transforms.keep] columns.w = "v / d"`.
+pub fn label(id: &str, sql: &SqlSpec, part: Part) -> String {
+    let (name, text) = located_part(sql, part);
+    format!("[transforms.{id}] {name} = \"{}\"", text.value)
 }
 
 /// An engine error's own words, without its kind's prefix.

@@ -69,25 +69,8 @@ pub fn declare(spec: &Spec, mut opened: Opened, checked: &Checked, parallelism: 
     pipeline
 }
 
-/// Names a part of a SQL transform in run-time errors:
-/// `[transforms.keep] columns.w = "v / d"`.
+/// Names a part of a SQL transform in run-time errors, as the checks do.
 fn describer(id: &str, sql: &SqlSpec) -> Arc<dyn Fn(Part) -> String + Send + Sync> {
-    let id = id.to_string();
-    let filter = sql.filter.as_ref().map(|f| f.value.clone());
-    let columns: Vec<(String, String)> = sql
-        .columns
-        .iter()
-        .map(|(n, t)| (n.clone(), t.value.clone()))
-        .collect();
-    Arc::new(move |part| match part {
-        Part::Filter => format!(
-            "[transforms.{id}] filter = \"{}\"",
-            filter.as_deref().unwrap_or_default()
-        ),
-        Part::Column(i) => format!(
-            "[transforms.{id}] columns.{} = \"{}\"",
-            columns[i].0, columns[i].1
-        ),
-        Part::Select(_) => format!("[transforms.{id}] select"),
-    })
+    let (id, sql) = (id.to_string(), sql.clone());
+    Arc::new(move |part| super::check::label(&id, &sql, part))
 }

@@ -12,15 +12,6 @@ use crate::spec::{Diagnostics, Spec};
 /// Exit code for a spec or usage error.
 pub const USAGE: u8 = 2;
 
-/// Runs a command's future on a multi-threaded runtime; an error prints
-/// and exits 1.
-pub fn main_with<F>(future: F) -> ExitCode
-where
-    F: Future<Output = anyhow::Result<ExitCode>>,
-{
-    crate::runner::main_with(future)
-}
-
 /// Reads and parses the spec at `path` against the process environment;
 /// every problem is printed and `Err` holds the exit code.
 pub fn load_spec(path: &Path) -> Result<Spec, ExitCode> {

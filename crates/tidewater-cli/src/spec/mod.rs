@@ -323,6 +323,12 @@ fn read_component(
                 columns: f.string_table("columns").unwrap_or_default(),
                 select: f.string_list("select"),
             };
+            if sql.select.as_ref().is_some_and(Vec::is_empty) {
+                f.report(Diagnostic::at(
+                    f.span(),
+                    format!("{}: `select` is empty; name the columns to keep", f.name),
+                ));
+            }
             if sql.filter.is_none() && sql.columns.is_empty() && sql.select.is_none() {
                 f.report(
                     Diagnostic::at(f.span(), format!("{} does nothing", f.name))

@@ -135,9 +135,8 @@ impl<'a, 'i> Fields<'a, 'i> {
             self.wrong_type(key, value, "a whole number");
             return None;
         };
-        let digits = i.as_str().replace('_', "");
-        match i64::from_str_radix(&digits, i.radix()) {
-            Ok(n) if n >= 0 && n as u64 >= min => Some(Located {
+        match whole(i) {
+            Some(n) if n >= 0 && n as u64 >= min => Some(Located {
                 value: n as u64,
                 span: value.span(),
             }),
@@ -155,9 +154,7 @@ impl<'a, 'i> Fields<'a, 'i> {
     pub fn positive_number(&self, key: &'static str) -> Option<Located<f64>> {
         let value = self.raw(key)?;
         let n = match value.get_ref() {
-            DeValue::Integer(i) => i64::from_str_radix(&i.as_str().replace('_', ""), i.radix())
-                .ok()
-                .map(|n| n as f64),
+            DeValue::Integer(i) => whole(i).map(|n| n as f64),
             DeValue::Float(f) => f.as_str().replace('_', "").parse::<f64>().ok(),
             _ => {
                 self.wrong_type(key, value, "a number");
@@ -421,6 +418,11 @@ pub fn quoted(names: &[&str]) -> String {
         .map(|n| format!("\"{n}\""))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A TOML integer's value (`None` beyond i64).
+fn whole(i: &toml::de::DeInteger<'_>) -> Option<i64> {
+    i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()).ok()
 }
 
 /// What a TOML value is, for "must be X, not Y".

@@ -137,6 +137,11 @@ fn broken_specs_say_where_and_what() {
         &[(5, "`parallelism` in [job] must be at least 1")],
     );
     expect(
+        "an empty selection",
+        &GOOD.replace("columns = { w = \"v * 2.0\" }", "select = []"),
+        &[(12, "`select` is empty")],
+    );
+    expect(
         "no job name",
         &GOOD.replace("name = \"backfill\"\n", ""),
         &[(2, "[job] is missing `name`")],

@@ -351,9 +351,7 @@ impl Stream {
         O: Operator,
         F: Fn(&TaskContext) -> Result<O> + Send + Sync + 'static,
     {
-        let factory: OperatorFactory =
-            Arc::new(move |ctx: &TaskContext| Ok(Box::new(factory(ctx)?) as Box<dyn Operator>));
-        self.then(uid.into(), NodeBody::Operator(factory))
+        self.then(uid.into(), NodeBody::Operator(boxed(factory)))
     }
 
     /// Adds a user operator whose output schema is `schema`, so that what
@@ -363,9 +361,7 @@ impl Stream {
         O: Operator,
         F: Fn(&TaskContext) -> Result<O> + Send + Sync + 'static,
     {
-        let factory: OperatorFactory =
-            Arc::new(move |ctx: &TaskContext| Ok(Box::new(factory(ctx)?) as Box<dyn Operator>));
-        self.then_with(uid.into(), NodeBody::Operator(factory), Some(schema))
+        self.then_with(uid.into(), NodeBody::Operator(boxed(factory)), Some(schema))
     }
 
     /// Partitions the stream by the hash of `columns`: every row with the same
@@ -508,6 +504,15 @@ impl KeyedStream {
     {
         self.keyed().transform(uid, factory)
     }
+}
+
+/// A user's operator factory as the graph holds it.
+fn boxed<O, F>(factory: F) -> OperatorFactory
+where
+    O: Operator,
+    F: Fn(&TaskContext) -> Result<O> + Send + Sync + 'static,
+{
+    Arc::new(move |ctx: &TaskContext| Ok(Box::new(factory(ctx)?) as Box<dyn Operator>))
 }
 
 /// The end of a branch: a sink.
