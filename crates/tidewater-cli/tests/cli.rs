@@ -147,59 +147,74 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Runs specs that `write` puts in fresh folders, each killed with SIGKILL
+/// at random instants and rerun until it completes, until `kills` kills
+/// were made (a run can finish before its kill); `check` judges each
+/// folder's output, and a further run must say it is already complete.
+fn killed_at_random_instants(
+    what: &str,
+    kills: usize,
+    write: impl Fn(&Folder) -> String,
+    check: impl Fn(&Folder),
+) {
+    let mut rng = Rng::from_time();
+    let (mut made_so_far, mut rounds) = (0, 0);
+    while made_so_far < kills {
+        rounds += 1;
+        let folder = Folder::new();
+        let spec = folder.write("job.toml", &write(&folder));
+        let (output, made) = kill_randomly_until_complete(
+            || {
+                let mut c = tidewater();
+                c.arg("run").arg(&spec);
+                c
+            },
+            kills - made_so_far,
+            Duration::from_millis(700),
+            &mut rng,
+            || {},
+        );
+        made_so_far += made;
+        assert!(
+            output.status.success(),
+            "{what}: final run failed:\n{}",
+            text(&output)
+        );
+        eprintln!("{what}: round {rounds} completed after {made} kills");
+        check(&folder);
+        let again = run(&spec, &[]);
+        assert!(again.status.success(), "{}", text(&again));
+        assert!(
+            String::from_utf8_lossy(&again.stdout).contains("already complete"),
+            "{}",
+            text(&again)
+        );
+    }
+}
+
+/// About half a second per run, so that most kills land mid-run.
+fn at_a_million_rows_a_second(spec: String) -> String {
+    spec.replace(
+        "batch_rows = 4096",
+        "batch_rows = 4096\nrate_limit = 1_000_000",
+    )
+}
+
 #[test]
 fn spec_runs_killed_at_random_instants_end_with_the_exact_output() {
-    let mut rng = Rng::from_time();
-    const KILLS: usize = 8;
-    for mode in ["copy", "aggregate"] {
-        let (rows, keys) = (2_000_000, 20_000);
-        let (mut kills, mut rounds) = (0, 0);
-        // A run can finish before its kill: rounds go on until enough kills.
-        while kills < KILLS {
-            rounds += 1;
-            let folder = Folder::new();
-            let (state, out) = (folder.s("state"), folder.s("out"));
-            let body = match mode {
-                "copy" => copy_spec(rows, keys, &state, &out),
-                _ => aggregate_spec(rows, keys, &state, &out),
-            };
-            // About half a second per run, so that most kills land mid-run.
-            let body = body.replace(
-                "batch_rows = 4096",
-                "batch_rows = 4096\nrate_limit = 1_000_000",
-            );
-            let spec = folder.write("job.toml", &body);
-            let (output, made) = kill_randomly_until_complete(
-                || {
-                    let mut c = tidewater();
-                    c.arg("run").arg(&spec);
-                    c
-                },
-                KILLS - kills,
-                Duration::from_millis(700),
-                &mut rng,
-                || {},
-            );
-            kills += made;
-            assert!(
-                output.status.success(),
-                "{mode}: final run failed:\n{}",
-                text(&output)
-            );
-            eprintln!("{mode}: round {rounds} completed after {made} kills");
-            match mode {
-                "copy" => assert_copy_output(&folder.path("out"), rows, keys),
-                _ => assert_aggregate_output(&folder.path("out"), rows, keys),
-            }
-            let again = run(&spec, &[]);
-            assert!(again.status.success(), "{}", text(&again));
-            assert!(
-                String::from_utf8_lossy(&again.stdout).contains("already complete"),
-                "{}",
-                text(&again)
-            );
-        }
-    }
+    let (rows, keys) = (2_000_000, 20_000);
+    killed_at_random_instants(
+        "copy",
+        8,
+        |f| at_a_million_rows_a_second(copy_spec(rows, keys, &f.s("state"), &f.s("out"))),
+        |f| assert_copy_output(&f.path("out"), rows, keys),
+    );
+    killed_at_random_instants(
+        "aggregate",
+        8,
+        |f| at_a_million_rows_a_second(aggregate_spec(rows, keys, &f.s("state"), &f.s("out"))),
+        |f| assert_aggregate_output(&f.path("out"), rows, keys),
+    );
 }
 
 #[test]
@@ -450,6 +465,135 @@ fn a_row_an_expression_fails_on_fails_the_job_naming_the_transform_and_the_row()
     );
     assert!(said.contains("Divide by zero"), "{said}");
     assert!(said.contains("{id: 7001, k: "), "{said}");
+}
+
+/// A copy spec whose computed column `r` divides by zero on every
+/// thousandth row: those rows go to `dead` under a budget of `max_bad_rows`.
+fn dead_letter_spec(rows: u64, folder: &Folder, max_bad_rows: u64, rate_limit: u64) -> String {
+    let transform = format!(
+        r#"[transforms.keep]
+inputs = ["gen"]
+type = "sql"
+filter = "id % 3 <> 0"
+columns = {{ r = "id / (id % 1000)" }}
+select = ["id", "r"]
+dead_letter = "{}"
+max_bad_rows = {max_bad_rows}"#,
+        folder.s("dead")
+    );
+    spec_with(
+        "dead-letters",
+        rows,
+        100,
+        &folder.s("state"),
+        &folder.s("out"),
+        &transform,
+        "keep",
+    )
+    .replace(
+        "batch_rows = 4096",
+        &format!("batch_rows = 4096\nrate_limit = {rate_limit}"),
+    )
+}
+
+/// The output holds each row that passed once with its `r`, and the dead
+/// letters each row that failed once, with its error: the oracle is the
+/// generator's ids.
+fn assert_dead_letter_output(folder: &Folder, rows: u64) {
+    use arrow::array::{AsArray, RecordBatch};
+    use arrow::datatypes::Int64Type;
+    let mut passed = Vec::new();
+    for batch in common::read_output(&folder.path("out")) {
+        let (id, r) = (
+            batch.column(0).as_primitive::<Int64Type>(),
+            batch.column(1).as_primitive::<Int64Type>(),
+        );
+        for row in 0..batch.num_rows() {
+            assert_eq!(r.value(row), id.value(row) / (id.value(row) % 1000));
+            passed.push(id.value(row) as u64);
+        }
+    }
+    passed.sort_unstable();
+    let expected: Vec<u64> = (0..rows).filter(|i| i % 3 != 0 && i % 1000 != 0).collect();
+    assert_eq!(passed.len(), expected.len(), "rows that passed");
+    assert!(
+        passed == expected,
+        "the rows that passed differ from the oracle's"
+    );
+    let letters: Vec<RecordBatch> = common::read_output(&folder.path("dead"));
+    let mut failed = Vec::new();
+    for batch in &letters {
+        let names: Vec<String> = batch
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        assert_eq!(names, ["transform", "expression", "error", "row"]);
+        let string = |i: usize| batch.column(i).as_string::<i32>();
+        for row in 0..batch.num_rows() {
+            assert_eq!(string(0).value(row), "keep");
+            assert_eq!(
+                string(1).value(row),
+                "[transforms.keep] columns.r = \"id / (id % 1000)\""
+            );
+            assert!(
+                string(2).value(row).contains("Divide by zero"),
+                "{}",
+                string(2).value(row)
+            );
+            let json: serde_json::Value = serde_json::from_str(string(3).value(row)).unwrap();
+            failed.push(json["id"].as_str().unwrap().parse::<u64>().unwrap());
+        }
+    }
+    failed.sort_unstable();
+    let expected: Vec<u64> = (0..rows).filter(|i| i % 3 != 0 && i % 1000 == 0).collect();
+    assert_eq!(failed, expected, "dead letters: each failed row once");
+}
+
+#[test]
+fn rows_an_expression_fails_on_become_dead_letters_exactly_once_across_kills() {
+    let rows = 2_000_000;
+    killed_at_random_instants(
+        "dead letters",
+        6,
+        |f| dead_letter_spec(rows, f, 1400, 1_000_000),
+        |f| assert_dead_letter_output(f, rows),
+    );
+}
+
+#[test]
+fn past_the_error_budget_the_job_fails_and_a_larger_budget_resumes_it() {
+    let folder = Folder::new();
+    // 133 rows fail (ids 1000, 2000, ... not divisible by 3). Slowly, so
+    // that checkpoints are taken before the budget runs out.
+    let (rows, rate) = (200_000, 40_000);
+    let spec = folder.write("job.toml", &dead_letter_spec(rows, &folder, 100, rate));
+    let output = run(&spec, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let said = stderr(&output);
+    for part in [
+        "[transforms.keep] columns.r = \"id / (id % 1000)\": Divide by zero",
+        "101 rows of transforms.keep failed, more than its error budget max_bad_rows = 100",
+        "raise max_bad_rows",
+    ] {
+        assert!(said.contains(part), "'{part}' not in:\n{said}");
+    }
+    assert!(said.contains("checkpoint complete"), "{said}");
+    // The count resumes from the checkpoint: one short of the 133 fails at
+    // the last, exactly 133 is enough.
+    folder.write("job.toml", &dead_letter_spec(rows, &folder, 132, rate));
+    let output = run(&spec, &[]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert!(
+        stderr(&output).contains("133 rows of transforms.keep failed"),
+        "{}",
+        text(&output)
+    );
+    folder.write("job.toml", &dead_letter_spec(rows, &folder, 133, rate));
+    let output = run(&spec, &[]);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_dead_letter_output(&folder, rows);
 }
 
 #[test]
@@ -881,6 +1025,22 @@ fn validate_connect_learns_whether_the_output_takes_writes() {
     assert_eq!(output.status.code(), Some(2), "{}", text(&output));
     let said = stderr(&output);
     assert!(said.contains("[sinks.out] could not be opened"), "{said}");
+    assert!(said.contains("does not take writes"), "{said}");
+    // A transform's dead-letter output is probed too.
+    let dead = dead_letter_spec(1000, &folder, 10, 1_000_000)
+        .replace(&folder.s("dead"), &format!("{missing_bucket}/dead"));
+    let dead = folder.write("dead.toml", &dead);
+    let output = tidewater()
+        .args(["validate", "--connect"])
+        .arg(&dead)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let said = stderr(&output);
+    assert!(
+        said.contains("[transforms.keep] could not be opened"),
+        "{said}"
+    );
     assert!(said.contains("does not take writes"), "{said}");
     // Offline, the same spec is valid: nothing was opened.
     let output = tidewater().arg("validate").arg(&spec).output().unwrap();

@@ -14,6 +14,7 @@ mod ids;
 mod operator;
 pub mod partition;
 mod pipeline;
+mod rows;
 mod runtime;
 mod sink;
 mod source;
@@ -28,6 +29,7 @@ pub use error::{Domain, Error, Result, field_list};
 pub use ids::{CheckpointId, Epoch};
 pub use operator::{Collector, Operator, OperatorFactory, TaskContext};
 pub use pipeline::{KeyedStream, Partitioning, Pipeline, SinkRef, Stream};
+pub use rows::row_json;
 pub use runtime::{
     CheckpointStats, Job, JobConfig, JobControl, JobHandle, Outcome, Progress, ProgressSnapshot,
     Summary,

@@ -4,15 +4,16 @@
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
-use arrow::util::display::array_value_to_string;
 use async_trait::async_trait;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
 use tidewater_core::events::{
     ConnectionRetried, InternalEvent, PreparedCommitted, PreparedRolledBack, RowDeadLettered,
 };
-use tidewater_core::{CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext};
+use tidewater_core::{
+    CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext, row_json,
+};
 
 use crate::errors::{
     constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, probe,
@@ -263,20 +264,6 @@ struct PostgresWriter {
     connection: Option<PgConnection>,
     in_transaction: bool,
     bad_rows: u64,
-}
-
-/// A row as JSON, for messages and the dead-letter table.
-fn row_json(batch: &RecordBatch, row: usize) -> Value {
-    let mut object = Map::new();
-    for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
-        let value = if column.is_null(row) {
-            Value::Null
-        } else {
-            Value::String(array_value_to_string(column, row).unwrap_or_default())
-        };
-        object.insert(field.name().clone(), value);
-    }
-    Value::Object(object)
 }
 
 impl PostgresWriter {

@@ -207,6 +207,7 @@ pub(crate) fn clean(message: &str) -> String {
         "sql parser error: ",
         "SQL error: ParserError(\"",
         "Optimizer rule 'type_coercion' failed\ncaused by\n",
+        "Arrow error: ",
     ] {
         if let Some(rest) = text.strip_prefix(prefix) {
             text = rest;

@@ -11,12 +11,16 @@
 mod aggregate;
 mod bridge;
 mod compile;
+mod dead_letter;
 mod error;
 mod transform;
 
 pub use aggregate::add_aggregate;
+pub use dead_letter::{
+    DeadLetterLayout, DeadLetterRows, ErrorBudget, PassedRows, dead_letter_schema,
+};
 pub use error::SqlError;
-pub use transform::{Part, SqlOperator, SqlTransform, SqlTransformSpec, describe_row};
+pub use transform::{FailedRow, Part, SqlOperator, SqlTransform, SqlTransformSpec, describe_row};
 
 /// Checks that `text` is one SQL expression, without a schema: what can be
 /// checked before the input's columns are known.

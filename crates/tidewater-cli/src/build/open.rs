@@ -8,7 +8,7 @@ use tidewater_core::{GeneratorSource, Pipeline, RateLimit, Stream};
 use tidewater_parquet::{OnCorruptFile, ParquetSink, ParquetSinkOptions, ParquetSource};
 use tidewater_postgres::{LagSource, PostgresSink, PostgresSource, ReplicaLagThrottle, SinkMode};
 
-use crate::spec::{Component, Kind, Spec, ThrottleSpec};
+use crate::spec::{Component, Kind, Spec, SqlSpec, ThrottleSpec};
 
 /// A source, ready to add to a pipeline.
 pub enum OpenedSource {
@@ -56,7 +56,13 @@ pub struct Opened {
     pub sources: HashMap<String, OpenedSource>,
     /// Sinks.
     pub sinks: HashMap<String, OpenedSink>,
+    /// The dead-letter outputs of SQL transforms, by transform id.
+    pub dead_letters: HashMap<String, ParquetSink>,
 }
+
+/// How long a dead-letter file stays open: dead letters are few, and a
+/// user watching a long run wants to see them soon.
+const DEAD_LETTER_FILE_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The generator's source for a component (no I/O).
 pub fn generator(kind: &Kind) -> Option<GeneratorSource> {
@@ -92,6 +98,27 @@ pub async fn open(spec: &Spec, connect: bool) -> Result<Opened, Vec<(String, any
             continue;
         }
         if !connect {
+            continue;
+        }
+        if let Kind::Sql(SqlSpec {
+            dead_letter: Some(at),
+            ..
+        }) = &c.kind
+        {
+            let options = ParquetSinkOptions {
+                max_file_age: Some(DEAD_LETTER_FILE_AGE),
+                ..ParquetSinkOptions::default()
+            };
+            match ParquetSink::open(&at.value) {
+                Ok(sink) => {
+                    opened.dead_letters.insert(id, sink.with_options(options));
+                }
+                Err(e) => failures.push((
+                    id,
+                    anyhow::Error::new(e)
+                        .context(format!("opening the dead-letter output at {}", at.value)),
+                )),
+            }
             continue;
         }
         match open_one(c).await {
@@ -232,14 +259,19 @@ async fn open_one(c: &Component) -> anyhow::Result<Option<Either>> {
 /// sink's location, to learn that it takes writes. No row is written.
 pub const PROBE: &str = "_tidewater_validate_probe";
 
-/// Checks that every Parquet sink's location takes a write (credentials,
+/// Checks that every Parquet output (sinks and dead letters) takes a write (credentials,
 /// permissions, the bucket exists): puts a small object there and deletes
 /// it. Each failure names the component.
 pub async fn probe_outputs(spec: &Spec) -> Vec<(String, anyhow::Error)> {
     let mut failures = Vec::new();
     for c in &spec.components {
-        let Kind::ParquetSink { path, .. } = &c.kind else {
-            continue;
+        let path = match &c.kind {
+            Kind::ParquetSink { path, .. } => path,
+            Kind::Sql(SqlSpec {
+                dead_letter: Some(at),
+                ..
+            }) => &at.value,
+            _ => continue,
         };
         if let Err(e) = probe_output(path).await {
             failures.push((

@@ -219,6 +219,8 @@ mod tests {
                 filter: None,
                 columns: Vec::new(),
                 select: None,
+                dead_letter: None,
+                max_bad_rows: None,
             }),
         }
     }

@@ -123,6 +123,15 @@ impl Spec {
                     ));
                     continue;
                 };
+                if let Some(problem) = id_problem(&id.value) {
+                    section.report(
+                        Diagnostic::at(
+                            id.span.clone(),
+                            format!("[{}.{}]: {problem}", role.table(), id.value),
+                        )
+                        .help("use letters, digits, '-' and '_', like \"orders_2024\""),
+                    );
+                }
                 let fields = Fields::new(
                     format!("[{}.{}]", role.table(), id.value),
                     table,
@@ -153,6 +162,22 @@ impl Spec {
     /// The component called `id`.
     pub fn component(&self, id: &str) -> Option<&Component> {
         self.components.iter().find(|c| c.id.value == id)
+    }
+}
+
+/// What is wrong with a component id, if anything. Ids become operator
+/// uids and file names; '.' is kept for the parts tidewater adds to a
+/// component (`keep.dead_letter`).
+fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        Some("a component id cannot be empty")
+    } else if !id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        Some("a component id may hold only letters, digits, '-' and '_'")
+    } else {
+        None
     }
 }
 
@@ -318,11 +343,25 @@ fn read_component(
             }
         }
         (Role::Transform, "sql") => {
+            let max_bad_rows = f.integer("max_bad_rows", 0);
             let sql = SqlSpec {
                 filter: f.string("filter"),
                 columns: f.string_table("columns").unwrap_or_default(),
                 select: f.string_list("select"),
+                dead_letter: f.string("dead_letter"),
+                max_bad_rows: max_bad_rows.as_ref().map(|v| v.value),
             };
+            if let Some(budget) = max_bad_rows
+                && sql.dead_letter.is_none()
+            {
+                f.report(
+                    Diagnostic::at(
+                        budget.span,
+                        format!("{}: `max_bad_rows` needs `dead_letter`", f.name),
+                    )
+                    .help("add dead_letter = \"./dead-letters\": where the rows that fail go"),
+                );
+            }
             if sql.select.as_ref().is_some_and(Vec::is_empty) {
                 f.report(Diagnostic::at(
                     f.span(),

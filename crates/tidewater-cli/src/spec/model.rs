@@ -154,7 +154,18 @@ pub struct SqlSpec {
     pub columns: Vec<(String, Located<String>)>,
     /// Projection, in order.
     pub select: Option<Vec<Located<String>>>,
+    /// `dead_letter`: where rows an expression fails on are written (a
+    /// folder or URL, as Parquet) instead of failing the job.
+    pub dead_letter: Option<Located<String>>,
+    /// `max_bad_rows`: how many rows may go to `dead_letter` before the job
+    /// fails ([`DEFAULT_MAX_BAD_ROWS`] when `dead_letter` is set).
+    pub max_bad_rows: Option<u64>,
 }
+
+/// The error budget of a SQL transform with a `dead_letter` output and no
+/// `max_bad_rows`: enough for a few bad rows, few enough that an expression
+/// failing on every row stops the job early.
+pub const DEFAULT_MAX_BAD_ROWS: u64 = 1000;
 
 /// Throttles a source can have.
 #[derive(Debug, Clone, Default, PartialEq)]

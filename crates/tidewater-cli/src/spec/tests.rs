@@ -147,6 +147,19 @@ fn broken_specs_say_where_and_what() {
         &[(2, "[job] is missing `name`")],
     );
     expect(
+        "a budget without a dead-letter output",
+        &GOOD.replace("columns = {", "max_bad_rows = 10\ncolumns = {"),
+        &[(16, "[transforms.keep]: `max_bad_rows` needs `dead_letter`")],
+    );
+    expect(
+        "a component id with a dot",
+        &GOOD.replace("[sinks.out]", "[sinks.\"out.parquet\"]"),
+        &[(
+            18,
+            "[sinks.out.parquet]: a component id may hold only letters, digits",
+        )],
+    );
+    expect(
         "several problems at once",
         &GOOD
             .replace("rows = 1000", "rows = -1")

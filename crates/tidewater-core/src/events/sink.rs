@@ -65,12 +65,13 @@ impl InternalEvent for SinkReverted<'_> {
     }
 }
 
-/// A row a sink could not take went to the dead-letter output.
+/// A row a sink could not take, or an expression failed on, went to the
+/// dead-letter output.
 #[derive(Debug)]
 pub struct RowDeadLettered<'a> {
     /// The job.
     pub job: &'a str,
-    /// The sink.
+    /// The sink, or the transform.
     pub uid: &'a str,
     /// The writer.
     pub subtask: usize,
