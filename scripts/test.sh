@@ -4,8 +4,8 @@
 #   bash scripts/test.sh
 #
 # Needs the Rust toolchain (cargo, rustfmt, clippy), a C compiler and Python 3
-# with pip; installs PostgreSQL from Debian's packages and moto (an S3 server)
-# from PyPI when missing, and starts a throwaway primary, streaming replica
+# with pip; installs PostgreSQL and tmux from Debian's packages and moto (an S3
+# server) from PyPI when missing, and starts a throwaway primary, streaming replica
 # and S3 server on loopback for the connector tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +31,15 @@ bash scripts/s3.sh up
 eval "$(bash scripts/s3.sh env)"
 export TIDEWATER_REQUIRE_S3=1
 
-step "tests (unit, doc, end-to-end crash tests, PostgreSQL, S3)"
+step "a terminal for the progress bar's test: tmux"
+if ! command -v tmux >/dev/null; then
+  echo "installing tmux from Debian's packages"
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tmux
+fi
+export TIDEWATER_REQUIRE_TMUX=1
+
+step "tests (unit, doc, end-to-end crash tests, PostgreSQL, S3, a terminal)"
 cargo test --workspace --all-features
 
 step "examples that check themselves"

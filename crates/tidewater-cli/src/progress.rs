@@ -15,26 +15,42 @@ fn bar_slot() -> std::sync::MutexGuard<'static, Option<ProgressBar>> {
     BAR.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The bar's look while the total is known: a fraction, then the counts;
+/// checkpoints and throttling on a second line, so that the whole fits a
+/// narrow terminal.
+const WITH_TOTAL: &str = "{bar:30} {percent:>3}% {msg}\n  {prefix}";
+/// Without a total there is no fraction to show: a spinner and the counts.
+const WITHOUT_TOTAL: &str = "{spinner} {msg}\n  {prefix}";
+
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).expect("a valid template")
+}
+
 /// Starts the live bar on stderr.
 pub fn start_bar() -> ProgressBar {
-    let bar = ProgressBar::with_draw_target(Some(1), ProgressDrawTarget::stderr_with_hz(5));
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {percent:>3}% {msg}").expect("a valid template"),
-    );
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr_with_hz(5));
+    bar.set_style(style(WITHOUT_TOTAL));
     *bar_slot() = Some(bar.clone());
     bar
 }
 
-/// Redraws the bar for `p`.
-pub fn update_bar(bar: &ProgressBar, p: &ProgressSnapshot) {
+/// Redraws the bar for `p`, at `rate` rows/s.
+pub fn update_bar(bar: &ProgressBar, p: &ProgressSnapshot, rate: Option<f64>) {
+    match (p.rows_total > 0, bar.length().is_some()) {
+        (true, false) => bar.set_style(style(WITH_TOTAL)),
+        (false, true) => {
+            bar.unset_length();
+            bar.set_style(style(WITHOUT_TOTAL));
+        }
+        _ => {}
+    }
     if p.rows_total > 0 {
         bar.set_length(p.rows_total.max(p.rows_read));
-    } else {
-        // Unknown total: the bar shows no fraction, only the counts.
-        bar.set_length(0);
     }
     bar.set_position(p.rows_read);
-    bar.set_message(progress_text(p));
+    let (work, state) = progress_parts(p, rate);
+    bar.set_message(work);
+    bar.set_prefix(state);
 }
 
 /// Takes the bar off the screen.
@@ -43,10 +59,44 @@ pub fn finish_bar(bar: &ProgressBar) {
     *bar_slot() = None;
 }
 
-/// How long the rest will take at the rate so far: `"unknown"` without a
+/// The rate over the last [`RATE_WINDOW`] of this run, for the rows/s and
+/// the ETA shown while a job runs. An average since the start would count a
+/// rate limit's first burst, and the rows a restore skipped, as speed.
+#[derive(Debug, Default)]
+pub struct RecentRate {
+    /// `(elapsed, rows read in this run)`, oldest first.
+    samples: std::collections::VecDeque<(Duration, u64)>,
+}
+
+/// How far back [`RecentRate`] looks.
+pub const RATE_WINDOW: Duration = Duration::from_secs(10);
+
+impl RecentRate {
+    /// Adds a reading; returns the rate in rows/s, `None` until there is
+    /// any work to measure.
+    pub fn observe(&mut self, p: &ProgressSnapshot) -> Option<f64> {
+        let done = p.rows_read.saturating_sub(p.rows_restored);
+        self.samples.push_back((p.elapsed, done));
+        while self.samples.len() > 2 && p.elapsed.saturating_sub(self.samples[1].0) >= RATE_WINDOW {
+            self.samples.pop_front();
+        }
+        let (t0, r0) = self.samples[0];
+        let span = p.elapsed.saturating_sub(t0).as_secs_f64();
+        if span >= 0.5 {
+            Some(done.saturating_sub(r0) as f64 / span)
+        } else if done > 0 {
+            // Too short a window yet: the run's average.
+            Some(done as f64 / p.elapsed.as_secs_f64().max(1e-3))
+        } else {
+            None
+        }
+    }
+}
+
+/// How long the rest will take at `rate` rows/s: `"unknown"` without a
 /// total or a rate, never `"0s"` while rows remain.
-pub fn eta(p: &ProgressSnapshot) -> String {
-    let rate = p.rows_read as f64 / p.elapsed.as_secs_f64().max(1e-3);
+pub fn eta(p: &ProgressSnapshot, rate: Option<f64>) -> String {
+    let rate = rate.unwrap_or(0.0);
     if p.rows_total == 0 || rate <= 0.0 {
         return "unknown".to_string();
     }
@@ -60,15 +110,21 @@ pub fn eta(p: &ProgressSnapshot) -> String {
     humantime::format_duration(Duration::from_secs(seconds.ceil() as u64)).to_string()
 }
 
-/// One line: rows done/total, rate, ETA, checkpoints and the last one's
-/// age, what a crash now would redo, throttling.
-pub fn progress_text(p: &ProgressSnapshot) -> String {
-    let rate = p.rows_read as f64 / p.elapsed.as_secs_f64().max(1e-3);
+/// The two halves of the progress line: the work (rows done/total, rate,
+/// ETA) and the job's state (checkpoints and the last one's age,
+/// throttling).
+fn progress_parts(p: &ProgressSnapshot, rate: Option<f64>) -> (String, String) {
     let total = if p.rows_total == 0 {
         "?".to_string()
     } else {
         p.rows_total.to_string()
     };
+    let work = format!(
+        "{}/{total} rows, {:.2}M rows/s, ETA {}",
+        p.rows_read,
+        rate.unwrap_or(0.0) / 1e6,
+        eta(p, rate)
+    );
     let checkpoints = match p.checkpoints {
         0 => "no checkpoint yet".to_string(),
         n => format!(
@@ -88,21 +144,23 @@ pub fn progress_text(p: &ProgressSnapshot) -> String {
             p.throttled.as_secs_f64()
         ),
     };
-    format!(
-        "{}/{total} rows, {:.2}M rows/s, ETA {}, {checkpoints}{throttled}",
-        p.rows_read,
-        rate / 1e6,
-        eta(p)
-    )
+    (work, format!("{checkpoints}{throttled}"))
+}
+
+/// One line: rows done/total, rate, ETA, checkpoints and the last one's
+/// age, throttling.
+pub fn progress_text(p: &ProgressSnapshot, rate: Option<f64>) -> String {
+    let (work, state) = progress_parts(p, rate);
+    format!("{work}, {state}")
 }
 
 /// The same as one JSON object (`--progress json`).
-pub fn progress_json(p: &ProgressSnapshot) -> serde_json::Value {
+pub fn progress_json(p: &ProgressSnapshot, rate: Option<f64>) -> serde_json::Value {
     serde_json::json!({
         "rows_read": p.rows_read,
         "rows_total": (p.rows_total > 0).then_some(p.rows_total),
-        "rows_per_s": p.rows_read as f64 / p.elapsed.as_secs_f64().max(1e-3),
-        "eta": eta(p),
+        "rows_per_s": rate.unwrap_or(0.0),
+        "eta": eta(p, rate),
         "checkpoints": p.checkpoints,
         "last_checkpoint": p.last_checkpoint,
         "last_checkpoint_age_s": p.exposure.as_secs_f64(),
@@ -147,21 +205,78 @@ mod tests {
 
     #[test]
     fn the_eta_is_unknown_without_a_total_and_never_zero_while_rows_remain() {
-        assert_eq!(eta(&snapshot(1000, 0, 1)), "unknown");
-        assert_eq!(eta(&snapshot(0, 1000, 1)), "unknown");
-        assert_eq!(eta(&snapshot(500, 1000, 5)), "5s");
-        assert_eq!(eta(&snapshot(999_999, 1_000_000, 10)), "<1s");
-        assert_eq!(eta(&snapshot(1000, 1000, 1)), "finishing");
-        assert!(progress_text(&snapshot(10, 0, 1)).starts_with("10/? rows"));
+        let rate = Some(100.0);
+        assert_eq!(eta(&snapshot(1000, 0, 1), rate), "unknown");
+        assert_eq!(eta(&snapshot(0, 1000, 1), None), "unknown");
+        assert_eq!(eta(&snapshot(0, 1000, 1), Some(0.0)), "unknown");
+        assert_eq!(eta(&snapshot(500, 1000, 5), rate), "5s");
+        assert_eq!(eta(&snapshot(999_990, 1_000_000, 10), rate), "<1s");
+        assert_eq!(eta(&snapshot(1000, 1000, 1), rate), "finishing");
+        assert!(progress_text(&snapshot(10, 0, 1), rate).starts_with("10/? rows"));
         let held = ProgressSnapshot {
             throttled_sources: 2,
             throttled_by: vec!["replica lag 3.2s > 2.0s".into()],
             ..snapshot(10, 100, 1)
         };
         assert!(
-            progress_text(&held).ends_with(", throttled: replica lag 3.2s > 2.0s"),
+            progress_text(&held, rate).ends_with(", throttled: replica lag 3.2s > 2.0s"),
             "{}",
-            progress_text(&held)
+            progress_text(&held, rate)
         );
+    }
+
+    fn at(ms: u64, read: u64, restored: u64) -> ProgressSnapshot {
+        ProgressSnapshot {
+            rows_read: read,
+            rows_restored: restored,
+            elapsed: Duration::from_millis(ms),
+            ..ProgressSnapshot::default()
+        }
+    }
+
+    #[test]
+    fn the_rate_is_this_runs_over_the_last_ten_seconds() {
+        /// (elapsed ms, rows read, rows restored)
+        type Reading = (u64, u64, u64);
+        let cases: &[(&str, &[Reading], Option<f64>)] = &[
+            ("nothing read yet", &[(200, 0, 0)], None),
+            (
+                "a short window: the average",
+                &[(200, 1000, 0)],
+                Some(5000.0),
+            ),
+            (
+                "a burst at the start does not count once the window moves on",
+                &[
+                    (200, 200_000, 0),
+                    (10_200, 300_000, 0),
+                    (20_200, 400_000, 0),
+                ],
+                Some(10_000.0),
+            ),
+            (
+                "restored rows are not this run's work",
+                &[(200, 900_000, 900_000), (1_200, 901_000, 900_000)],
+                Some(1000.0),
+            ),
+            (
+                "a restore counted after the first reading is not a jump",
+                &[(200, 0, 0), (1_200, 901_000, 900_000)],
+                Some(1000.0),
+            ),
+            (
+                "held by a throttle: zero",
+                &[(200, 5000, 0), (5_200, 5000, 0)],
+                Some(0.0),
+            ),
+        ];
+        for (what, readings, expected) in cases {
+            let mut rate = RecentRate::default();
+            let mut got = None;
+            for (ms, read, restored) in readings.iter() {
+                got = rate.observe(&at(*ms, *read, *restored));
+            }
+            assert_eq!(got, *expected, "{what}");
+        }
     }
 }

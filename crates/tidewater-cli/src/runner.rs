@@ -317,6 +317,7 @@ pub async fn run_job(
         .progress_interval
         .unwrap_or(Duration::from_secs(10));
     let mut last_line = Instant::now();
+    let mut rate = crate::progress::RecentRate::default();
     let outcome = loop {
         let signal = tokio::select! {
             outcome = &mut join => break outcome,
@@ -324,14 +325,15 @@ pub async fn run_job(
             _ = terminate.recv() => "SIGTERM",
             _ = ticker.tick() => {
                 let p = control.progress();
+                let rate = rate.observe(&p);
                 match (&bar, mode) {
-                    (Some(bar), _) => crate::progress::update_bar(bar, &p),
+                    (Some(bar), _) => crate::progress::update_bar(bar, &p, rate),
                     (None, ProgressMode::Plain | ProgressMode::Json) if last_line.elapsed() >= every => {
                         last_line = Instant::now();
                         if mode == ProgressMode::Json {
-                            eprintln!("{}", crate::progress::progress_json(&p));
+                            eprintln!("{}", crate::progress::progress_json(&p, rate));
                         } else {
-                            crate::events::ProgressReported { line: crate::progress::progress_text(&p) }.emit();
+                            crate::events::ProgressReported { line: crate::progress::progress_text(&p, rate) }.emit();
                         }
                     }
                     _ => {}

@@ -1046,3 +1046,99 @@ fn validate_connect_learns_whether_the_output_takes_writes() {
     let output = tidewater().arg("validate").arg(&spec).output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
 }
+
+/// The screen of a tmux pane, as a user would see it.
+fn screen(socket: &str) -> String {
+    let out = Command::new("tmux")
+        .args(["-L", socket, "capture-pane", "-p", "-t", "bar"])
+        .output()
+        .expect("tmux capture-pane");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn on_a_terminal_the_bar_shows_the_progress_and_logs_never_tear_it() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        assert!(
+            std::env::var_os("TIDEWATER_REQUIRE_TMUX").is_none(),
+            "TIDEWATER_REQUIRE_TMUX is set but tmux is not installed: scripts/test.sh installs it"
+        );
+        eprintln!("tmux is not installed: skipping the terminal test");
+        return;
+    }
+    let folder = Folder::new();
+    // About four seconds, with a checkpoint (and its log line) every 50 ms.
+    let spec = copy_spec(600_000, 100, &folder.s("state"), &folder.s("out")).replace(
+        "batch_rows = 4096",
+        "batch_rows = 4096\nrate_limit = 150_000",
+    );
+    let spec = folder.write("job.toml", &spec);
+    let socket = format!("tidewater-test-{}", std::process::id());
+    let command = format!(
+        "env RUST_LOG=info NO_COLOR=1 {} run {} 2>&1; echo EXIT=$?; sleep 60",
+        env!("CARGO_BIN_EXE_tidewater"),
+        spec.display()
+    );
+    let started = Command::new("tmux")
+        .args(["-L", &socket, "new-session", "-d", "-s", "bar", "-x", "100"])
+        .args(["-y", "30", &command])
+        .status()
+        .expect("tmux new-session");
+    assert!(started.success());
+    let mut screens = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        let now = screen(&socket);
+        let done = now.contains("EXIT=");
+        screens.push(now);
+        if done {
+            break;
+        }
+    }
+    let _ = Command::new("tmux")
+        .args(["-L", &socket, "kill-server"])
+        .status();
+    let last = screens.last().expect("a screen").clone();
+    assert!(last.contains("EXIT=0"), "{last}");
+    assert!(last.contains("done: 600000 rows read"), "{last}");
+    assert!(
+        !last.contains('█'),
+        "the bar is cleared at the end:\n{last}"
+    );
+    let is_log = |line: &str| line.starts_with("20") && line.contains("Z  INFO ");
+    let mut bar_seen = false;
+    for s in &screens {
+        let lines: Vec<&str> = s.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let is_bar = line.contains('█') || line.contains('░');
+            assert!(
+                !(is_bar && line.contains(" INFO ")),
+                "a log line tore the bar:\n{s}"
+            );
+            if line.contains(" INFO ") && !is_log(line) {
+                panic!("a log line does not start its own line:\n{s}");
+            }
+            assert!(
+                !line.contains("ETA 0s"),
+                "an ETA of 0s while rows remain:\n{s}"
+            );
+            if is_bar && line.contains("/600000 rows, ") && line.contains("M rows/s, ETA ") {
+                let next = lines.get(i + 1).copied().unwrap_or_default();
+                assert!(
+                    next.starts_with("  ") && !next.contains(" INFO "),
+                    "the bar's second line is not its own:\n{s}"
+                );
+                if next.contains("checkpoints (last #")
+                    && next.contains("throttled: rate limit 150000 rows/s")
+                {
+                    bar_seen = true;
+                }
+            }
+        }
+    }
+    assert!(
+        bar_seen,
+        "no screen showed the bar with its checkpoints and throttle; the last:\n{last}"
+    );
+}

@@ -29,6 +29,7 @@ pub struct CheckpointStats {
 pub struct Progress {
     started: Instant,
     rows_read: AtomicU64,
+    rows_restored: AtomicU64,
     rows_written: AtomicU64,
     rows_total: AtomicU64,
     checkpoints: AtomicU64,
@@ -48,6 +49,10 @@ pub struct Progress {
 pub struct ProgressSnapshot {
     /// Rows the sources emitted, including those before a restore.
     pub rows_read: u64,
+    /// Of those, the rows read before the checkpoint this run restored
+    /// (0 when it started from the beginning): `rows_read - rows_restored`
+    /// is this run's work, what a rate is made of.
+    pub rows_restored: u64,
     /// Rows sinks received in this run.
     pub rows_written: u64,
     /// The sources' row estimate (0 when unknown).
@@ -134,6 +139,7 @@ impl Progress {
         Progress {
             started: Instant::now(),
             rows_read: AtomicU64::new(rows_already_read),
+            rows_restored: AtomicU64::new(rows_already_read),
             rows_written: AtomicU64::new(0),
             rows_total: AtomicU64::new(0),
             checkpoints: AtomicU64::new(0),
@@ -208,6 +214,7 @@ impl Progress {
 
     pub(crate) fn set_baseline(&self, rows_read: u64, checkpoint: u64) {
         self.rows_read.store(rows_read, Ordering::Relaxed);
+        self.rows_restored.store(rows_read, Ordering::Relaxed);
         self.rows_at_last_checkpoint
             .store(rows_read, Ordering::Relaxed);
         self.last_checkpoint.store(checkpoint, Ordering::Relaxed);
@@ -263,6 +270,7 @@ impl Progress {
         throttled_by.dedup();
         ProgressSnapshot {
             rows_read,
+            rows_restored: self.rows_restored.load(Ordering::Relaxed),
             rows_written: self.rows_written.load(Ordering::Relaxed),
             rows_total: self.rows_total.load(Ordering::Relaxed),
             checkpoints: self.checkpoints.load(Ordering::Relaxed),
