@@ -6,7 +6,8 @@
 #   bash scripts/bench.sh matrix     # throughput and memory across modes, keys, parallelism
 #   bash scripts/bench.sh micro      # criterion micro-benchmarks
 #   bash scripts/bench.sh duckdb     # Parquet GROUP BY beside DuckDB (installs duckdb from PyPI)
-#   bash scripts/bench.sh cli        # the copy job as a spec beside the backfill example
+#   bash scripts/bench.sh cli        # the copy job as a spec beside the backfill example,
+#                                    # and beside itself with a dead-letter output
 #
 # Results go to bench-results/ (CSV, plots); docs/benchmarks.md quotes them.
 set -euo pipefail
@@ -64,4 +65,7 @@ if [[ $what == all || $what == cli ]]; then
   cargo build --release -p tidewater-cli --bin tidewater
   python3 scripts/cli_bench.py --rows "${CLI_ROWS:-200000000}" --repeat "${REPEAT:-5}" \
     --out "$out/cli" | tee "$out/cli.txt"
+  # What a dead-letter output costs when no row fails.
+  python3 scripts/cli_bench.py --rows "${CLI_ROWS:-200000000}" --repeat "${REPEAT:-5}" \
+    --against dead-letter --out "$out/cli-dead-letter" | tee "$out/cli-dead-letter.txt"
 fi
