@@ -89,6 +89,19 @@ pub enum Error {
         newer: Epoch,
     },
 
+    /// The job store's lease on the job was lost (not renewed in time, or
+    /// taken over): the run stopped committing.
+    #[error(
+        "lost the lease on job '{job}': {why}; this process stopped committing and exits \
+         (another worker, or a later run, takes the job over from its last checkpoint)"
+    )]
+    LeaseLost {
+        /// The job.
+        job: String,
+        /// What happened to the lease.
+        why: String,
+    },
+
     /// Reading or writing object storage failed.
     #[error("storage: {action} '{path}' failed: {source}")]
     Storage {
@@ -144,7 +157,10 @@ impl Error {
             | Error::BadInput(_)
             | Error::IncompatibleState { .. }
             | Error::IncompatiblePartitioner { .. } => Domain::User,
-            Error::Corrupt(_) | Error::Fenced { .. } | Error::Storage { .. } => Domain::External,
+            Error::Corrupt(_)
+            | Error::Fenced { .. }
+            | Error::LeaseLost { .. }
+            | Error::Storage { .. } => Domain::External,
             Error::External { .. } => Domain::External,
             Error::Arrow(_) => Domain::User,
             Error::InOperator { source, .. } => source.domain(),

@@ -272,6 +272,29 @@ impl StateStore {
         }
     }
 
+    /// Takes the job at `epoch`, given by a lease held elsewhere (a job
+    /// store's): claims it create-only, and refuses with [`Error::Fenced`]
+    /// when a newer epoch exists. An epoch already claimed is taken again:
+    /// the lease makes it this holder's (a restart within the run).
+    pub async fn claim_exact_epoch(&self, epoch: Epoch) -> Result<Epoch> {
+        let path = self
+            .root
+            .clone()
+            .join(EPOCHS)
+            .join(format!("{:020}", epoch.0));
+        match self.put_if_absent(&path, PutPayload::default()).await {
+            Ok(()) | Err(object_store::Error::AlreadyExists { .. }) => {}
+            Err(e) => return Err(Error::storage("claim epoch", &path, e)),
+        }
+        self.check_epoch(epoch).await?;
+        Ok(epoch)
+    }
+
+    /// The newest epoch taken so far, if any.
+    pub async fn newest_epoch(&self) -> Result<Option<Epoch>> {
+        self.latest_epoch().await
+    }
+
     /// Writes `path` only if it does not exist: the store's conditional put
     /// (`If-None-Match: *` on S3). A store without one (`NotImplemented`,
     /// e.g. S3 with `AWS_CONDITIONAL_PUT=disabled`) gets a check, then a

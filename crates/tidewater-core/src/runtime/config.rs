@@ -1,9 +1,11 @@
 //! How a job runs: where its state lives, when it checkpoints, how it restarts.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::checkpoint::restore::RestoreOptions;
 use crate::error::Result;
+use crate::ids::Epoch;
 use crate::store_url::{StoreLocation, open_location};
 
 /// How a job runs: where its state lives and when it checkpoints.
@@ -32,6 +34,21 @@ pub struct JobConfig {
     pub(crate) restart_backoff: Duration,
     /// Settings that cannot mean anything: the job refuses to start.
     pub(crate) refused: Vec<String>,
+    /// A lease held in a job store, when the job runs under one.
+    pub(crate) lease: Option<Arc<dyn Lease>>,
+}
+
+/// A lease on the job held outside the state store (a job store's): the
+/// run claims the lease's epoch as its fencing token, and asks the lease
+/// before every commit of progress, so that a worker that lost it (a
+/// pause, a partition) stops committing by its own clock.
+pub trait Lease: Send + Sync + std::fmt::Debug {
+    /// The epoch the lease was taken with: the run's fencing token.
+    fn epoch(&self) -> Epoch;
+
+    /// `Ok` while the run may still commit; [`Error::LeaseLost`] once the
+    /// lease may have run out.
+    fn check(&self) -> Result<()>;
 }
 
 impl JobConfig {
@@ -53,7 +70,16 @@ impl JobConfig {
             max_restarts: 3,
             restart_backoff: Duration::from_secs(1),
             refused: Vec::new(),
+            lease: None,
         }
+    }
+
+    /// Runs under `lease`: the run claims exactly its epoch in the state
+    /// store (refused when a newer one exists) and checks it before each
+    /// manifest and sink commit.
+    pub fn lease(mut self, lease: Arc<dyn Lease>) -> Self {
+        self.lease = Some(lease);
+        self
     }
 
     /// Time between checkpoints; `None` turns periodic checkpoints off (a

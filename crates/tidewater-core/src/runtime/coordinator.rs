@@ -62,6 +62,8 @@ pub(crate) struct Coordinator {
     pub rows_before_run: u64,
     pub progress: Arc<Progress>,
     pub cancel: watch::Receiver<bool>,
+    /// A job store's lease, asked before each commit of progress.
+    pub lease: Option<Arc<dyn crate::runtime::config::Lease>>,
 }
 
 impl Coordinator {
@@ -242,6 +244,13 @@ impl Coordinator {
         })
     }
 
+    fn check_lease(&self) -> Result<()> {
+        match &self.lease {
+            Some(lease) => lease.check(),
+            None => Ok(()),
+        }
+    }
+
     /// Makes the checkpoint exist (fenced, create-only), then commits its sink work.
     async fn complete(&mut self, flight: InFlight) -> Result<()> {
         let mut manifest = flight.manifest;
@@ -252,6 +261,7 @@ impl Coordinator {
         manifest
             .commits
             .sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
+        self.check_lease()?;
         self.store.check_epoch(self.epoch).await?;
         let id = manifest.checkpoint;
         failpoint::hit("before-manifest", id);
@@ -262,6 +272,9 @@ impl Coordinator {
             if n == 1 {
                 failpoint::hit("mid-commit", id);
             }
+            // The manifest exists: a successor's restore commits what is
+            // left, so a worker whose lease ran out leaves it to them.
+            self.check_lease()?;
             commit_all(self.store.job(), &self.sinks, std::slice::from_ref(handle)).await?;
         }
         failpoint::hit("after-commit", id);

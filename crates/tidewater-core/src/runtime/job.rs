@@ -145,7 +145,13 @@ async fn run_once(
     cancel: watch::Receiver<bool>,
 ) -> Result<Outcome> {
     let store = StateStore::new(&config.state, &job.name);
-    let epoch = store.claim_epoch().await?;
+    let epoch = match &config.lease {
+        Some(lease) => {
+            lease.check()?;
+            store.claim_exact_epoch(lease.epoch()).await?
+        }
+        None => store.claim_epoch().await?,
+    };
     JobStarting {
         job: &job.name,
         epoch: epoch.0,
@@ -224,6 +230,7 @@ async fn run_once(
         rows_before_run: restored.rows_read,
         progress: progress.clone(),
         cancel,
+        lease: config.lease.clone(),
     };
     let ending = coordinator.run().await?;
     let summary = |last| Summary {

@@ -15,7 +15,7 @@ mod restore;
 mod task;
 mod wiring;
 
-pub use config::JobConfig;
+pub use config::{JobConfig, Lease};
 pub use handle::{JobControl, JobHandle, Outcome, Summary};
 pub use job::Job;
 pub use progress::{CheckpointStats, Progress, ProgressSnapshot};

@@ -1,0 +1,162 @@
+//! What the store keeps about a job.
+
+use crate::lease::LeaseRecord;
+use crate::state::JobState;
+
+/// A job's id in its store.
+pub type JobId = i64;
+
+/// One job, as stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct JobRecord {
+    /// Its id in the store.
+    pub id: JobId,
+    /// The job's name (its identity in the state store, with `state_url`).
+    pub name: String,
+    /// Where its checkpoints are.
+    pub state_url: String,
+    /// Where it is in its life.
+    pub state: JobState,
+    /// The spec it runs, as submitted.
+    pub spec: String,
+    /// The file the spec was read from, if any.
+    pub spec_path: Option<String>,
+    /// The key it was submitted with, if any.
+    pub idempotency_key: Option<String>,
+    /// What its worker last reported.
+    pub progress: Report,
+    /// Why it failed.
+    pub error: Option<JobError>,
+    /// Its lease, while a worker holds one.
+    pub lease: Option<LeaseRecord>,
+    /// The epoch of the last lease taken: the fencing token.
+    pub epoch: u64,
+    /// A cancel asked that the savepoint be skipped (`cancel --discard`).
+    pub discard: bool,
+    /// When it was submitted (store clock, ms since the Unix epoch).
+    pub created_ms: i64,
+    /// When the record last changed (store clock).
+    pub updated_ms: i64,
+}
+
+/// What a worker reports with each heartbeat.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Report {
+    /// Rows read, including those before a restore.
+    pub rows_done: u64,
+    /// The sources' estimate of all rows, when known.
+    pub rows_total: Option<u64>,
+    /// This run's recent rate.
+    pub rows_per_second: Option<f64>,
+    /// Seconds to go at that rate, when known.
+    pub eta_seconds: Option<f64>,
+    /// The last completed checkpoint.
+    pub last_checkpoint: Option<u64>,
+    /// When it completed (the worker's clock, ms since the Unix epoch).
+    pub last_checkpoint_ms: Option<i64>,
+    /// Rows read since the last checkpoint: what a crash now would redo.
+    pub exposure_rows: u64,
+    /// Time since the last checkpoint (or the start), in ms.
+    pub exposure_ms: u64,
+    /// What holds the sources back, if anything (`rate limit 50000 rows/s`).
+    pub throttle: Option<String>,
+}
+
+/// Why a job failed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobError {
+    /// A short stable name: `bad_input`, `fenced`, `lease_lost`, ...
+    pub code: String,
+    /// The whole message.
+    pub message: String,
+    /// Whether running it again may succeed without a change.
+    pub retryable: bool,
+}
+
+impl JobError {
+    /// The record of `error`.
+    pub fn of(error: &tidewater_core::Error) -> JobError {
+        use tidewater_core::Error as E;
+        let mut inner = error;
+        while let E::InOperator { source, .. } = inner {
+            inner = source;
+        }
+        let code = match inner {
+            E::InvalidPipeline(_) => "invalid_pipeline",
+            E::InvalidConfig(_) => "invalid_config",
+            E::BadInput(_) => "bad_input",
+            E::IncompatibleState { .. } | E::IncompatiblePartitioner { .. } => "incompatible_state",
+            E::Corrupt(_) => "corrupt_checkpoint",
+            E::Fenced { .. } => "fenced",
+            E::LeaseLost { .. } => "lease_lost",
+            E::Storage { .. } => "storage",
+            E::Arrow(_) => "arrow",
+            E::External { .. } => "external",
+            E::Stopped(_) => "stopped",
+            _ => "internal",
+        };
+        JobError {
+            code: code.to_string(),
+            message: error.to_string(),
+            retryable: error.is_retryable(),
+        }
+    }
+}
+
+/// A job to submit.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// The job's name.
+    pub name: String,
+    /// Where its checkpoints go.
+    pub state_url: String,
+    /// The spec's text.
+    pub spec: String,
+    /// The spec's file.
+    pub spec_path: Option<String>,
+    /// With a key, submitting again returns the job of the first submission.
+    pub idempotency_key: Option<String>,
+}
+
+/// What submitting found or made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submitted {
+    /// A new job, QUEUED.
+    Created(JobRecord),
+    /// The job with this name and state location was already there.
+    Existing(JobRecord),
+    /// The idempotency key was used before: this is that job.
+    SameKey(JobRecord),
+}
+
+impl Submitted {
+    /// The job, whichever it is.
+    pub fn job(&self) -> &JobRecord {
+        match self {
+            Submitted::Created(j) | Submitted::Existing(j) | Submitted::SameKey(j) => j,
+        }
+    }
+}
+
+/// How a run ended, as the store records it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// Its final checkpoint exists.
+    Succeeded,
+    /// Stopped on an error.
+    Failed(JobError),
+    /// Stopped on a cancel.
+    Cancelled,
+}
+
+/// What a heartbeat learned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heartbeat {
+    /// The lease was renewed; `Some` when a cancel was asked (`true`: discard).
+    Renewed {
+        /// A cancel is asked, and whether to discard.
+        cancel: Option<bool>,
+    },
+    /// The lease is not this worker's any more.
+    Lost(String),
+}

@@ -1,0 +1,547 @@
+//! The store in SQL, for SQLite and PostgreSQL alike (sqlx's `Any` driver):
+//! one table, `tidewater_jobs`; every change a compare-and-set on the
+//! row's epoch and state, so two processes never both win; time from the
+//! database's clock, so that workers on machines whose clocks disagree
+//! still agree on when a lease runs out.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, AssertSqlSafe, Row, SqlSafeStr};
+
+use super::{JobStore, StoreError};
+use crate::lease::{Decision, LeaseRecord, Owner, may_take, process_alive};
+use crate::record::{Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Submitted};
+use crate::state::{JobEvent, JobState, transition};
+
+/// Which SQL the store speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dialect {
+    Sqlite,
+    Postgres,
+}
+
+impl Dialect {
+    /// The database's clock, in ms since the Unix epoch.
+    fn now_ms(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)",
+            Dialect::Postgres => "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000 AS BIGINT)",
+        }
+    }
+
+    fn migration(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => include_str!("../../migrations/sqlite/0001_jobs.sql"),
+            Dialect::Postgres => include_str!("../../migrations/postgres/0001_jobs.sql"),
+        }
+    }
+}
+
+/// A job store in SQLite or PostgreSQL.
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    dialect: Dialect,
+}
+
+const COLUMNS: &str = "id, name, state_url, state, spec, spec_path, idempotency_key, rows_done, \
+    rows_total, rows_per_second, eta_seconds, last_checkpoint, last_checkpoint_ms, exposure_rows, \
+    exposure_ms, throttle, error_code, error_message, error_retryable, lease_host, lease_pid, \
+    lease_acquired_ms, lease_expires_ms, epoch, discard, created_ms, updated_ms";
+
+fn query_error(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |source| StoreError::Query { what, source }
+}
+
+/// The URL without its password, for messages.
+fn redacted(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            let user = credentials.split(':').next().unwrap_or("");
+            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl SqlStore {
+    /// Opens the store at `url` (`sqlite://PATH` or `postgres://...`),
+    /// creating the SQLite file and the table as needed.
+    pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
+        sqlx::any::install_default_drivers();
+        let failed = |detail: String| StoreError::Open {
+            url: redacted(url),
+            detail,
+        };
+        let (dialect, connect) = if let Some(path) = url.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err(failed("give a file: sqlite://PATH".into()));
+            }
+            if let Some(parent) = std::path::Path::new(path).parent()
+                && !parent.as_os_str().is_empty()
+            {
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| failed(format!("cannot create {}: {e}", parent.display())))?;
+            }
+            (Dialect::Sqlite, format!("sqlite://{path}?mode=rwc"))
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Dialect::Postgres, url.to_string())
+        } else {
+            return Err(failed(
+                "a job store is sqlite://PATH or postgres://USER@HOST/DATABASE".into(),
+            ));
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(if dialect == Dialect::Sqlite { 1 } else { 4 })
+            .acquire_timeout(Duration::from_secs(30))
+            .after_connect(move |connection, _| {
+                Box::pin(async move {
+                    if dialect == Dialect::Sqlite {
+                        // Other processes write the same file: wait for their
+                        // locks instead of failing at once.
+                        sqlx::query("PRAGMA busy_timeout = 10000")
+                            .execute(&mut *connection)
+                            .await?;
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *connection)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&connect)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        let migrator = Migrator {
+            migrations: Cow::Owned(vec![Migration::new(
+                1,
+                Cow::Borrowed("job records"),
+                MigrationType::Simple,
+                dialect.migration().into_sql_str(),
+                false,
+            )]),
+            table_name: Cow::Borrowed("tidewater_jobs_migrations"),
+            ..Migrator::DEFAULT
+        };
+        migrator
+            .run(&pool)
+            .await
+            .map_err(|e| failed(format!("migrating its tables: {e}")))?;
+        Ok(SqlStore { pool, dialect })
+    }
+
+    fn sql(&self, text: &str) -> AssertSqlSafe<String> {
+        AssertSqlSafe(text.replace("{now}", self.dialect.now_ms()))
+    }
+
+    async fn one(
+        &self,
+        filter: &str,
+        what: &'static str,
+        bind: i64,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let text =
+            format!("SELECT {COLUMNS}, {{now}} AS now_ms FROM tidewater_jobs WHERE {filter}");
+        let row = sqlx::query(self.sql(&text))
+            .bind(bind)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(what))?;
+        row.map(|r| decode(&r)).transpose()
+    }
+
+    async fn by_text(
+        &self,
+        filter: &str,
+        value: &str,
+        other: Option<&str>,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let text = format!("SELECT {COLUMNS} FROM tidewater_jobs WHERE {filter} ORDER BY id DESC");
+        let mut query = sqlx::query(self.sql(&text)).bind(value.to_string());
+        if let Some(other) = other {
+            query = query.bind(other.to_string());
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error("reading jobs"))?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// The job and the store's clock.
+    async fn with_now(&self, id: JobId) -> Result<(JobRecord, i64), StoreError> {
+        let text = format!("SELECT {COLUMNS}, {{now}} AS now_ms FROM tidewater_jobs WHERE id = $1");
+        let row = sqlx::query(self.sql(&text))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error("reading a job"))?
+            .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
+        let now: i64 = row
+            .try_get("now_ms")
+            .map_err(query_error("reading the clock"))?;
+        Ok((decode(&row)?, now))
+    }
+
+    /// Moves `job` by `event`, if nobody changed it meanwhile.
+    async fn move_state(
+        &self,
+        job: &JobRecord,
+        event: JobEvent,
+        discard: bool,
+    ) -> Result<bool, StoreError> {
+        let to = transition(job.state, event)
+            .map_err(|source| StoreError::Illegal { id: job.id, source })?;
+        let done = sqlx::query(self.sql(
+            "UPDATE tidewater_jobs SET state = $1, discard = $2, updated_ms = {now} \
+             WHERE id = $3 AND epoch = $4 AND state = $5",
+        ))
+        .bind(to.as_str())
+        .bind(i64::from(discard))
+        .bind(job.id)
+        .bind(job.epoch as i64)
+        .bind(job.state.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("changing a job's state"))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+#[async_trait]
+impl JobStore for SqlStore {
+    async fn submit(&self, job: NewJob) -> Result<Submitted, StoreError> {
+        loop {
+            if let Some(key) = &job.idempotency_key
+                && let Some(found) = self.by_text("idempotency_key = $1", key, None).await?.pop()
+            {
+                return Ok(Submitted::SameKey(found));
+            }
+            if let Some(found) = self
+                .by_text(
+                    "name = $1 AND state_url = $2",
+                    &job.name,
+                    Some(&job.state_url),
+                )
+                .await?
+                .pop()
+            {
+                return Ok(Submitted::Existing(found));
+            }
+            let inserted = sqlx::query(self.sql(
+                "INSERT INTO tidewater_jobs (name, state_url, state, spec, spec_path, \
+                 idempotency_key, created_ms, updated_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, {now}, {now}) RETURNING id",
+            ))
+            .bind(job.name.clone())
+            .bind(job.state_url.clone())
+            .bind(JobState::Queued.as_str())
+            .bind(job.spec.clone())
+            .bind(job.spec_path.clone())
+            .bind(job.idempotency_key.clone())
+            .fetch_one(&self.pool)
+            .await;
+            match inserted {
+                Ok(row) => {
+                    let id: i64 = row.try_get(0).map_err(query_error("submitting a job"))?;
+                    return Ok(Submitted::Created(self.get(id).await?));
+                }
+                // Another process submitted the same job (or key) at once:
+                // look again, and find theirs.
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => continue,
+                Err(e) => return Err(query_error("submitting a job")(e)),
+            }
+        }
+    }
+
+    async fn get(&self, id: JobId) -> Result<JobRecord, StoreError> {
+        self.one("id = $1", "reading a job", id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(id.to_string()))
+    }
+
+    async fn find(&self, name_or_id: &str) -> Result<JobRecord, StoreError> {
+        if let Ok(id) = name_or_id.parse::<JobId>()
+            && let Some(job) = self.one("id = $1", "reading a job", id).await?
+        {
+            return Ok(job);
+        }
+        let mut found = self.by_text("name = $1", name_or_id, None).await?;
+        match found.len() {
+            0 => Err(StoreError::NotFound(name_or_id.to_string())),
+            1 => Ok(found.remove(0)),
+            _ => Err(StoreError::Ambiguous {
+                name: name_or_id.to_string(),
+                ids: found
+                    .iter()
+                    .map(|j| j.id.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
+    }
+
+    async fn list(&self, state: Option<JobState>) -> Result<Vec<JobRecord>, StoreError> {
+        match state {
+            Some(state) => self.by_text("state = $1", state.as_str(), None).await,
+            None => self.by_text("$1 = $1", "", None).await,
+        }
+    }
+
+    async fn take_lease(
+        &self,
+        id: JobId,
+        me: &Owner,
+        ttl: Duration,
+        min_epoch: u64,
+        steal: bool,
+    ) -> Result<JobRecord, StoreError> {
+        loop {
+            let (job, now) = self.with_now(id).await?;
+            match may_take(job.lease.as_ref(), now, me, steal, process_alive) {
+                Decision::Take => {}
+                Decision::Held { owner, expires_in } => {
+                    return Err(StoreError::Held {
+                        id,
+                        name: job.name,
+                        owner,
+                        expires_in,
+                    });
+                }
+            }
+            if job.state == JobState::Cancelling {
+                // Its worker stopped before the savepoint: the cancel is
+                // over, and this run resumes it.
+                self.move_state(&job, JobEvent::Cancelled, false).await?;
+                continue;
+            }
+            transition(job.state, JobEvent::Start)
+                .map_err(|source| StoreError::Illegal { id, source })?;
+            let epoch = job.epoch.max(min_epoch) + 1;
+            let taken = sqlx::query(self.sql(
+                "UPDATE tidewater_jobs SET state = $1, lease_host = $2, lease_pid = $3, \
+                 lease_acquired_ms = {now}, lease_expires_ms = {now} + $4, epoch = $5, \
+                 error_code = NULL, error_message = NULL, error_retryable = NULL, discard = 0, \
+                 updated_ms = {now} WHERE id = $6 AND epoch = $7 AND state = $8",
+            ))
+            .bind(JobState::Running.as_str())
+            .bind(me.host.clone())
+            .bind(i64::from(me.pid))
+            .bind(ttl.as_millis() as i64)
+            .bind(epoch as i64)
+            .bind(id)
+            .bind(job.epoch as i64)
+            .bind(job.state.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("taking a lease"))?;
+            if taken.rows_affected() == 1 {
+                return self.get(id).await;
+            }
+            // Someone changed the job between the read and the write: judge again.
+        }
+    }
+
+    async fn heartbeat(
+        &self,
+        id: JobId,
+        epoch: u64,
+        me: &Owner,
+        ttl: Duration,
+        report: &Report,
+    ) -> Result<Heartbeat, StoreError> {
+        let row = sqlx::query(self.sql(
+            "UPDATE tidewater_jobs SET lease_expires_ms = {now} + $1, rows_done = $2, \
+             rows_total = $3, rows_per_second = $4, eta_seconds = $5, last_checkpoint = $6, \
+             last_checkpoint_ms = $7, exposure_rows = $8, exposure_ms = $9, throttle = $10, \
+             updated_ms = {now} \
+             WHERE id = $11 AND epoch = $12 AND lease_host = $13 AND lease_pid = $14 \
+             AND state IN ('RUNNING', 'CANCELLING') RETURNING state, discard",
+        ))
+        .bind(ttl.as_millis() as i64)
+        .bind(report.rows_done as i64)
+        .bind(report.rows_total.map(|v| v as i64))
+        .bind(report.rows_per_second)
+        .bind(report.eta_seconds)
+        .bind(report.last_checkpoint.map(|v| v as i64))
+        .bind(report.last_checkpoint_ms)
+        .bind(report.exposure_rows as i64)
+        .bind(report.exposure_ms as i64)
+        .bind(report.throttle.clone())
+        .bind(id)
+        .bind(epoch as i64)
+        .bind(me.host.clone())
+        .bind(i64::from(me.pid))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(query_error("renewing a lease"))?;
+        let Some(row) = row else {
+            let job = self.get(id).await?;
+            return Ok(Heartbeat::Lost(lost_why(&job, epoch)));
+        };
+        let state: String = row.try_get(0).map_err(query_error("renewing a lease"))?;
+        let discard: i64 = row.try_get(1).map_err(query_error("renewing a lease"))?;
+        Ok(Heartbeat::Renewed {
+            cancel: (state == JobState::Cancelling.as_str()).then_some(discard != 0),
+        })
+    }
+
+    async fn finish(
+        &self,
+        id: JobId,
+        epoch: u64,
+        ending: Ending,
+        report: &Report,
+    ) -> Result<JobRecord, StoreError> {
+        let job = self.get(id).await?;
+        if job.epoch != epoch {
+            return Err(StoreError::Fenced {
+                id,
+                why: lost_why(&job, epoch),
+            });
+        }
+        let (event, error) = match &ending {
+            Ending::Succeeded => (JobEvent::Succeed, None),
+            Ending::Failed(e) => (JobEvent::Fail, Some(e.clone())),
+            Ending::Cancelled => (JobEvent::Cancelled, None),
+        };
+        let to =
+            transition(job.state, event).map_err(|source| StoreError::Illegal { id, source })?;
+        let done = sqlx::query(self.sql(
+            "UPDATE tidewater_jobs SET state = $1, error_code = $2, error_message = $3, \
+             error_retryable = $4, rows_done = $5, rows_total = $6, last_checkpoint = $7, \
+             last_checkpoint_ms = $8, exposure_rows = $9, exposure_ms = $10, \
+             rows_per_second = NULL, eta_seconds = NULL, throttle = NULL, lease_host = NULL, \
+             lease_pid = NULL, lease_acquired_ms = NULL, lease_expires_ms = NULL, \
+             updated_ms = {now} WHERE id = $11 AND epoch = $12 AND state = $13",
+        ))
+        .bind(to.as_str())
+        .bind(error.as_ref().map(|e| e.code.clone()))
+        .bind(error.as_ref().map(|e| e.message.clone()))
+        .bind(error.as_ref().map(|e| i64::from(e.retryable)))
+        .bind(report.rows_done as i64)
+        .bind(report.rows_total.map(|v| v as i64))
+        .bind(report.last_checkpoint.map(|v| v as i64))
+        .bind(report.last_checkpoint_ms)
+        .bind(report.exposure_rows as i64)
+        .bind(report.exposure_ms as i64)
+        .bind(id)
+        .bind(epoch as i64)
+        .bind(job.state.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(query_error("recording how a job ended"))?;
+        if done.rows_affected() == 1 {
+            return self.get(id).await;
+        }
+        // A cancel landed meanwhile (RUNNING became CANCELLING): once more.
+        let again = self.get(id).await?;
+        if again.epoch == epoch && again.state != job.state {
+            return self.finish(id, epoch, ending, report).await;
+        }
+        Err(StoreError::Fenced {
+            id,
+            why: lost_why(&again, epoch),
+        })
+    }
+
+    async fn cancel(&self, id: JobId, discard: bool) -> Result<JobRecord, StoreError> {
+        loop {
+            let job = self.get(id).await?;
+            if self.move_state(&job, JobEvent::Cancel, discard).await? {
+                return self.get(id).await;
+            }
+        }
+    }
+}
+
+/// Why epoch `mine` no longer holds `job`.
+fn lost_why(job: &JobRecord, mine: u64) -> String {
+    if job.epoch > mine {
+        let by = job
+            .lease
+            .as_ref()
+            .map_or_else(|| "another run".to_string(), |l| l.owner.to_string());
+        format!(
+            "epoch {} ({by}) took the job over from epoch {mine}",
+            job.epoch
+        )
+    } else {
+        format!("the job is {} and this run's lease is gone", job.state)
+    }
+}
+
+fn decode(row: &AnyRow) -> Result<JobRecord, StoreError> {
+    decode_row(row).map_err(query_error("reading a job record"))
+}
+
+fn decode_row(row: &AnyRow) -> Result<JobRecord, sqlx::Error> {
+    let state: String = row.try_get("state")?;
+    let state = state
+        .parse::<JobState>()
+        .map_err(|e| sqlx::Error::Decode(e.into()))?;
+    let u = |name: &str| -> Result<Option<u64>, sqlx::Error> {
+        Ok(row.try_get::<Option<i64>, _>(name)?.map(|v| v as u64))
+    };
+    let lease = match (
+        row.try_get::<Option<String>, _>("lease_host")?,
+        row.try_get::<Option<i64>, _>("lease_pid")?,
+        row.try_get::<Option<i64>, _>("lease_acquired_ms")?,
+        row.try_get::<Option<i64>, _>("lease_expires_ms")?,
+    ) {
+        (Some(host), Some(pid), Some(acquired_ms), Some(expires_ms)) => Some(LeaseRecord {
+            owner: Owner {
+                host,
+                pid: pid as u32,
+            },
+            acquired_ms,
+            expires_ms,
+        }),
+        _ => None,
+    };
+    let error = match (
+        row.try_get::<Option<String>, _>("error_code")?,
+        row.try_get::<Option<String>, _>("error_message")?,
+    ) {
+        (Some(code), Some(message)) => Some(JobError {
+            code,
+            message,
+            retryable: row
+                .try_get::<Option<i64>, _>("error_retryable")?
+                .unwrap_or(0)
+                != 0,
+        }),
+        _ => None,
+    };
+    Ok(JobRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        state_url: row.try_get("state_url")?,
+        state,
+        spec: row.try_get("spec")?,
+        spec_path: row.try_get("spec_path")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        progress: Report {
+            rows_done: u("rows_done")?.unwrap_or(0),
+            rows_total: u("rows_total")?,
+            rows_per_second: row.try_get("rows_per_second")?,
+            eta_seconds: row.try_get("eta_seconds")?,
+            last_checkpoint: u("last_checkpoint")?,
+            last_checkpoint_ms: row.try_get("last_checkpoint_ms")?,
+            exposure_rows: u("exposure_rows")?.unwrap_or(0),
+            exposure_ms: u("exposure_ms")?.unwrap_or(0),
+            throttle: row.try_get("throttle")?,
+        },
+        error,
+        lease,
+        epoch: u("epoch")?.unwrap_or(0),
+        discard: row.try_get::<i64, _>("discard")? != 0,
+        created_ms: row.try_get("created_ms")?,
+        updated_ms: row.try_get("updated_ms")?,
+    })
+}
