@@ -52,3 +52,74 @@ impl InternalEvent for StatusFileFailed<'_> {
         );
     }
 }
+
+/// The run took its job's lease in the job store.
+#[derive(Debug)]
+pub struct LeaseTaken<'a> {
+    /// The job's id in the store.
+    pub id: i64,
+    /// Its name.
+    pub name: &'a str,
+    /// The lease's epoch: the run's fencing token.
+    pub epoch: u64,
+    /// The store's URL, without a password.
+    pub store: &'a str,
+}
+
+impl InternalEvent for LeaseTaken<'_> {
+    fn emit(self) {
+        info!(
+            job_id = self.id,
+            job = self.name,
+            epoch = self.epoch,
+            store = self.store,
+            "job {} holds its lease at epoch {}",
+            self.id,
+            self.epoch
+        );
+        metrics::counter!("tidewater_leases_taken_total").increment(1);
+    }
+}
+
+/// A heartbeat could not reach the job store; the run goes on until its
+/// lease's deadline.
+#[derive(Debug)]
+pub struct LeaseRenewFailed<'a> {
+    /// Why.
+    pub error: &'a (dyn std::error::Error + 'a),
+}
+
+impl InternalEvent for LeaseRenewFailed<'_> {
+    fn emit(self) {
+        warn!(
+            "cannot renew the lease: {}; retrying (the run stops committing if it cannot \
+             renew before its lease may run out)",
+            self.error
+        );
+        metrics::counter!("tidewater_lease_renewal_failures_total").increment(1);
+    }
+}
+
+/// The job store says the lease is no longer this run's.
+#[derive(Debug)]
+pub struct LeaseLost<'a> {
+    /// What happened.
+    pub why: &'a str,
+}
+
+impl InternalEvent for LeaseLost<'_> {
+    fn emit(self) {
+        warn!("lost the lease: {}; stopping without committing", self.why);
+        metrics::counter!("tidewater_leases_lost_total").increment(1);
+    }
+}
+
+/// Someone cancelled the job through the job store.
+#[derive(Debug)]
+pub struct CancelSeen;
+
+impl InternalEvent for CancelSeen {
+    fn emit(self) {
+        info!("the job was cancelled in the job store: taking a savepoint, then stopping");
+    }
+}

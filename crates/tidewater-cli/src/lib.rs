@@ -17,3 +17,5 @@ pub mod progress;
 pub mod runner;
 #[cfg(feature = "specs")]
 pub mod spec;
+#[cfg(feature = "specs")]
+pub mod supervise;

@@ -5,6 +5,9 @@
 //! tidewater validate backfill.toml --connect
 //! tidewater checkpoints list ./tidewater-state
 //! tidewater checkpoints inspect ./tidewater-state 12 --job backfill
+//! tidewater jobs
+//! tidewater status backfill
+//! tidewater cancel backfill
 //! ```
 //!
 //! Exit codes: 0 complete (or already complete), 1 failed, 2 spec or usage
@@ -13,7 +16,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tidewater_cli::commands::{checkpoints, run, validate};
+use tidewater_cli::commands::{checkpoints, jobs, run, validate};
 use tidewater_cli::runner::main_with;
 
 #[global_allocator]
@@ -36,6 +39,12 @@ enum Command {
     /// List and inspect checkpoints in a state store.
     #[command(subcommand)]
     Checkpoints(checkpoints::CheckpointsCommand),
+    /// List the jobs in the job store.
+    Jobs(jobs::JobsCommand),
+    /// Show a job: state, progress, last checkpoint, lease, error.
+    Status(jobs::StatusCommand),
+    /// Ask a running job to take a savepoint and stop.
+    Cancel(jobs::CancelCommand),
 }
 
 fn main() -> ExitCode {
@@ -51,5 +60,8 @@ fn main() -> ExitCode {
         Command::Run(c) => main_with(run::run(c)),
         Command::Validate(c) => main_with(validate::validate(c)),
         Command::Checkpoints(c) => main_with(checkpoints::checkpoints(c)),
+        Command::Jobs(c) => main_with(jobs::jobs(c)),
+        Command::Status(c) => main_with(jobs::status(c)),
+        Command::Cancel(c) => main_with(jobs::cancel(c)),
     }
 }

@@ -93,17 +93,22 @@ impl RecentRate {
     }
 }
 
+/// Seconds the rest will take at `rate` rows/s, when the total and a rate
+/// are known.
+pub fn eta_seconds(p: &ProgressSnapshot, rate: Option<f64>) -> Option<f64> {
+    let rate = rate.filter(|r| *r > 0.0)?;
+    (p.rows_total > 0).then(|| p.rows_total.saturating_sub(p.rows_read) as f64 / rate)
+}
+
 /// How long the rest will take at `rate` rows/s: `"unknown"` without a
 /// total or a rate, never `"0s"` while rows remain.
 pub fn eta(p: &ProgressSnapshot, rate: Option<f64>) -> String {
-    let rate = rate.unwrap_or(0.0);
-    if p.rows_total == 0 || rate <= 0.0 {
+    let Some(seconds) = eta_seconds(p, rate) else {
         return "unknown".to_string();
-    }
+    };
     if p.rows_read >= p.rows_total {
         return "finishing".to_string();
     }
-    let seconds = (p.rows_total - p.rows_read) as f64 / rate;
     if seconds < 1.0 {
         return "<1s".to_string();
     }

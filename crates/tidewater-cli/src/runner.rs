@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tidewater_core::events::InternalEvent;
-use tidewater_core::{Job, JobConfig, Outcome, ProgressSnapshot, Summary};
+use tidewater_core::{Job, JobConfig, JobControl, Outcome, ProgressSnapshot, Summary};
 
 /// A checkpoint interval flag; `None` is `off`.
 #[derive(Debug, Clone, Copy)]
@@ -275,14 +275,40 @@ pub fn progress_line(p: &ProgressSnapshot) -> String {
     )
 }
 
+/// What a caller of [`run_job_with`] does when the job starts and ends
+/// (the `tidewater` command keeps the job store's record and lease).
+pub trait RunHooks {
+    /// The job started: `control` reads its progress and cancels it.
+    fn started(&mut self, _control: &JobControl) {}
+
+    /// The job ended so, before the outcome is reported.
+    fn ended(&mut self, _outcome: &tidewater_core::Result<Outcome>, _last: &ProgressSnapshot) {}
+}
+
+/// No hooks.
+pub struct NoHooks;
+
+impl RunHooks for NoHooks {}
+
 /// Runs `job` to its end, reporting as it goes; maps the outcome to an exit code.
 pub async fn run_job(
     job: Job,
     config: JobConfig,
     reporting: &Reporting,
 ) -> anyhow::Result<ExitCode> {
+    run_job_with(job, config, reporting, &mut NoHooks).await
+}
+
+/// [`run_job`], with `hooks` told when the job starts and ends.
+pub async fn run_job_with(
+    job: Job,
+    config: JobConfig,
+    reporting: &Reporting,
+    hooks: &mut dyn RunHooks,
+) -> anyhow::Result<ExitCode> {
     let handle = job.start(config);
     let control = handle.control();
+    hooks.started(&control);
     let join = handle.join();
     tokio::pin!(join);
 
@@ -347,6 +373,7 @@ pub async fn run_job(
     if let Some(bar) = &bar {
         crate::progress::finish_bar(bar);
     }
+    hooks.ended(&outcome, &control.progress());
     let outcome = outcome?;
     if let Some(path) = &reporting.summary_json {
         let (name, summary) = match &outcome {

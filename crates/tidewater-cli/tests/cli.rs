@@ -15,11 +15,20 @@ use common::{
     signal, text, wait_or_kill, walk,
 };
 
+/// The job store these tests' runs share: one SQLite file per test binary
+/// run (jobs are told apart by their state folders, each test's own).
+fn test_store() -> String {
+    let path =
+        std::env::temp_dir().join(format!("tidewater-cli-tests-{}.sqlite", std::process::id()));
+    format!("sqlite://{}", path.display())
+}
+
 fn tidewater() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tidewater"));
     command
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
+        .env("TIDEWATER_STORE", test_store())
         .stdin(Stdio::null());
     command
 }
@@ -1141,4 +1150,249 @@ fn on_a_terminal_the_bar_shows_the_progress_and_logs_never_tear_it() {
         bar_seen,
         "no screen showed the bar with its checkpoints and throttle; the last:\n{last}"
     );
+}
+
+/// `tidewater status JOB --json`, parsed; `None` while the store has no
+/// such job yet.
+fn status_of(job: &str, store: &str) -> Option<serde_json::Value> {
+    let output = tidewater()
+        .args(["status", job, "--json", "--store", store])
+        .output()
+        .unwrap();
+    if stderr(&output).contains("no job '") {
+        return None;
+    }
+    assert!(output.status.success(), "{}", text(&output));
+    Some(
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output))),
+    )
+}
+
+/// Waits until `check` holds of the job's status.
+fn wait_for_status(
+    job: &str,
+    store: &str,
+    what: &str,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = status_of(job, store);
+        if let Some(status) = status.as_ref().filter(|s| check(s)) {
+            return status.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {what}: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The status of a job that exists.
+fn status(job: &str, store: &str) -> serde_json::Value {
+    status_of(job, store).unwrap_or_else(|| panic!("no job '{job}' in {store}"))
+}
+
+/// The job stores to test: this binary's SQLite file, and a fresh
+/// PostgreSQL database when the test servers run.
+fn job_stores(name: &str) -> Vec<String> {
+    let mut stores = vec![test_store()];
+    if let Some(db) = common::Db::fresh(name) {
+        stores.push(db.url);
+    }
+    stores
+}
+
+#[test]
+fn a_second_run_is_refused_while_the_first_holds_the_lease_and_status_follows_the_job() {
+    for (i, store) in job_stores("tw_cli_lease").iter().enumerate() {
+        let store = store.as_str();
+        let name = format!("leased-{i}");
+        let folder = Folder::new();
+        // About three seconds.
+        let spec = copy_spec(600_000, 100, &folder.s("state"), &folder.s("out"))
+            .replace("name = \"copy\"", &format!("name = \"{name}\""))
+            .replace(
+                "batch_rows = 4096",
+                "batch_rows = 4096\nrate_limit = 200_000",
+            );
+        let spec = folder.write("job.toml", &spec);
+        let mut first = tidewater()
+            .args(["run", "--progress", "off", "--store", store])
+            .arg(&spec)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let running = wait_for_status(&name, store, "running with progress", |s| {
+            s["state"] == "RUNNING" && s["progress"]["rows_done"].as_u64() > Some(0)
+        });
+        let holder = running["lease"]["owner"]["pid"].as_u64().unwrap();
+        assert_eq!(holder, u64::from(first.id()), "{running}");
+        let second = tidewater()
+            .args(["run", "--progress", "off", "--store", store])
+            .arg(&spec)
+            .output()
+            .unwrap();
+        assert_eq!(second.status.code(), Some(1), "{}", text(&second));
+        let said = stderr(&second);
+        assert!(
+            said.contains(&format!("pid {holder} on ")) && said.contains("holds its lease"),
+            "{said}"
+        );
+        let page = tidewater()
+            .args(["status", &name, "--store", store])
+            .output()
+            .unwrap();
+        let page = String::from_utf8_lossy(&page.stdout).into_owned();
+        let running = format!("'{name}': RUNNING");
+        for part in [
+            running.as_str(),
+            "rows, ",
+            "M rows/s, ETA ",
+            "lease:       pid ",
+        ] {
+            assert!(page.contains(part), "'{part}' not in:\n{page}");
+        }
+        assert!(first.wait().unwrap().success());
+        let done = status(&name, store);
+        assert_eq!(done["state"], "SUCCEEDED", "{done}");
+        assert_eq!(done["progress"]["rows_done"], 600_000, "{done}");
+        assert!(done["lease"].is_null(), "{done}");
+        assert_copy_output(&folder.path("out"), 600_000, 100);
+        let listed = tidewater()
+            .args(["jobs", "--state", "succeeded", "--store", store])
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&listed.stdout).contains(&name),
+            "{}",
+            text(&listed)
+        );
+    }
+}
+
+#[test]
+fn an_idempotency_key_returns_the_first_job_instead_of_a_second() {
+    let folder = Folder::new();
+    let spec = folder.write(
+        "job.toml",
+        &copy_spec(10_000, 10, &folder.s("state"), &folder.s("out")),
+    );
+    let first = run(&spec, &["--idempotency-key", "nightly-2026-12-01"]);
+    assert!(first.status.success(), "{}", text(&first));
+    // The same key, even for another spec file: the first job, not a run.
+    let other = folder.write(
+        "other.toml",
+        &copy_spec(10_000, 10, &folder.s("state2"), &folder.s("out2")),
+    );
+    let again = run(&other, &["--idempotency-key", "nightly-2026-12-01"]);
+    assert!(again.status.success(), "{}", text(&again));
+    let said = String::from_utf8_lossy(&again.stdout);
+    assert!(
+        said.contains("('copy') was submitted with this idempotency key before; it is SUCCEEDED"),
+        "{said}"
+    );
+    assert!(!folder.path("out2").exists(), "a second job ran");
+}
+
+#[test]
+fn cancel_from_another_process_takes_a_savepoint_and_run_resumes() {
+    let store = test_store();
+    let folder = Folder::new();
+    let spec = copy_spec(1_000_000, 100, &folder.s("state"), &folder.s("out"))
+        .replace("name = \"copy\"", "name = \"cancel-me\"")
+        .replace(
+            "batch_rows = 4096",
+            "batch_rows = 4096\nrate_limit = 200_000",
+        );
+    let spec = folder.write("job.toml", &spec);
+    let mut child = tidewater()
+        .args(["run", "--progress", "off"])
+        .arg(&spec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_status("cancel-me", &store, "past its first checkpoint", |s| {
+        s["progress"]["last_checkpoint"].as_u64() > Some(0)
+    });
+    let cancel = tidewater().args(["cancel", "cancel-me"]).output().unwrap();
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    assert!(
+        String::from_utf8_lossy(&cancel.stdout).contains("is CANCELLING"),
+        "{}",
+        text(&cancel)
+    );
+    wait_or_kill(&mut child, Duration::from_secs(60)).expect("the run stops");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", text(&output));
+    assert!(
+        stderr(&output).contains("cancelled in the job store"),
+        "{}",
+        text(&output)
+    );
+    let cancelled = status("cancel-me", &store);
+    assert_eq!(cancelled["state"], "CANCELLED", "{cancelled}");
+    let resumed = run(&spec, &["--progress", "off"]);
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(
+        String::from_utf8_lossy(&resumed.stdout).contains("resumed from checkpoint"),
+        "{}",
+        text(&resumed)
+    );
+    assert_copy_output(&folder.path("out"), 1_000_000, 100);
+    assert_eq!(status("cancel-me", &store)["state"], "SUCCEEDED");
+}
+
+#[test]
+fn a_paused_worker_whose_lease_ran_out_is_fenced_and_the_output_is_exact() {
+    let folder = Folder::new();
+    let spec = copy_spec(1_000_000, 100, &folder.s("state"), &folder.s("out"))
+        .replace("name = \"copy\"", "name = \"paused\"")
+        .replace(
+            "batch_rows = 4096",
+            "batch_rows = 4096\nrate_limit = 200_000",
+        );
+    let spec = folder.write("job.toml", &spec);
+    let ttl = ["--lease-ttl", "1s", "--progress", "off"];
+    let mut first = tidewater()
+        .arg("run")
+        .args(ttl)
+        .arg(&spec)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_status("paused", &test_store(), "past its first checkpoint", |s| {
+        s["progress"]["last_checkpoint"].as_u64() > Some(0)
+    });
+    signal(&first, "STOP");
+    // Refused while the lease lives; taken once it ran out.
+    let second = loop {
+        let output = tidewater()
+            .arg("run")
+            .args(ttl)
+            .arg(&spec)
+            .output()
+            .unwrap();
+        if output.status.code() != Some(1) {
+            break output;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    signal(&first, "CONT");
+    assert!(second.status.success(), "{}", text(&second));
+    wait_or_kill(&mut first, Duration::from_secs(60)).expect("the woken run stops");
+    let woken = first.wait_with_output().unwrap();
+    assert_eq!(woken.status.code(), Some(1), "{}", text(&woken));
+    assert!(
+        stderr(&woken).contains("lost the lease on job 'paused'"),
+        "{}",
+        text(&woken)
+    );
+    assert_copy_output(&folder.path("out"), 1_000_000, 100);
+    let ended = status("paused", &test_store());
+    assert_eq!(ended["state"], "SUCCEEDED", "{ended}");
 }

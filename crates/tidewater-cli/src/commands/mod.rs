@@ -1,6 +1,7 @@
 //! The `tidewater` subcommands.
 
 pub mod checkpoints;
+pub mod jobs;
 pub mod run;
 pub mod validate;
 

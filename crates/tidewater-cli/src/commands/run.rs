@@ -3,11 +3,16 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use std::time::Duration;
+
 use anyhow::Context;
 use tidewater_core::JobConfig;
+use tidewater_core::checkpoint::store::StateStore;
+use tidewater_jobs::StoreError;
 
 use crate::build::{self, BuildError};
 use crate::runner::{self, Interval, Reporting};
+use crate::supervise::{self, Admission, Request, StoreArgs};
 
 /// Run a spec's job. Flags override the spec's `[job]` settings.
 #[derive(Debug, clap::Args)]
@@ -37,6 +42,32 @@ pub struct RunCommand {
     /// Rewrite live progress as JSON here every 20 ms.
     #[arg(long)]
     pub status_file: Option<PathBuf>,
+    /// The job store that holds the job's record and lease.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Submitting again with the same key returns the job of the first
+    /// submission (its id and state) instead of starting a second one.
+    #[arg(long)]
+    pub idempotency_key: Option<String>,
+    /// How long the job's lease lasts unless renewed (renewed every
+    /// quarter of it): how soon another process may take over after this
+    /// one stops answering.
+    #[arg(long, default_value = "30s", value_parser = parse_ttl)]
+    pub lease_ttl: Duration,
+    /// Take the job's lease even while another process holds it: for a
+    /// holder known to be gone for good. The holder, should it wake, is
+    /// fenced and commits nothing more.
+    #[arg(long)]
+    pub steal: bool,
+}
+
+fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = humantime::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a duration like 30s or 2m: {e}"))?;
+    if ttl < Duration::from_millis(400) {
+        return Err("the lease ttl must be at least 400ms".into());
+    }
+    Ok(ttl)
 }
 
 /// Runs the job: 0 complete, 1 failed, 2 spec error, 3 cancelled.
@@ -53,6 +84,33 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
         spec.job.checkpoint_interval = interval.0;
     }
     let parallelism = command.parallelism.unwrap_or(spec.job.parallelism);
+    let url = command.store.url();
+    let store = command.store.open().await?;
+    let request = Request {
+        name: &spec.job.name,
+        state_url: &identity(&spec.job.state),
+        spec: &spec.source.text,
+        spec_path: &command.spec,
+        key: command.idempotency_key.as_deref(),
+    };
+    let pending = match supervise::submit(store, &url, request).await? {
+        Admission::Run(pending) => pending,
+        Admission::SameKey(job) => {
+            println!(
+                "job {} ('{}') was submitted with this idempotency key before; it is {}; \
+                 nothing new was started (`tidewater status {}` tells more)",
+                job.id, job.name, job.state, job.id
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        Admission::Succeeded(job) => {
+            println!(
+                "already complete: job {} ('{}') succeeded; nothing to do",
+                job.id, job.name
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+    };
     let job = match build::build(&spec, parallelism).await {
         Ok(job) => job,
         Err(BuildError::Spec(d)) => return Ok(super::report(&d)),
@@ -65,6 +123,23 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("opening the state store {}", spec.job.state))?
         .checkpoint_interval(spec.job.checkpoint_interval)
         .retain(spec.job.retain);
+    let min_epoch = StateStore::new(config.state_location(), &spec.job.name)
+        .newest_epoch()
+        .await
+        .with_context(|| format!("reading the epochs in the state store {}", spec.job.state))?
+        .map_or(0, |e| e.0);
+    let mut supervised = match pending
+        .lease(command.lease_ttl, min_epoch, command.steal)
+        .await
+    {
+        Ok(supervised) => supervised,
+        Err(e @ StoreError::Held { .. }) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::FAILURE);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let config = config.lease(supervised.lease());
     let reporting = Reporting {
         summary_json: command.summary_json,
         status_file: command.status_file,
@@ -73,7 +148,19 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
         progress: command.progress,
         progress_interval: command.progress_interval.0,
     };
-    runner::run_job(job, config, &reporting).await
+    let code = runner::run_job_with(job, config, &reporting, &mut supervised).await;
+    supervised.finish().await;
+    code
+}
+
+/// The state location as the job store names it: a local folder by its
+/// absolute path, so that runs from different folders agree.
+fn identity(state: &str) -> String {
+    if state.contains("://") && !state.starts_with("file://") {
+        return state.to_string();
+    }
+    let path = state.strip_prefix("file://").unwrap_or(state);
+    std::path::absolute(path).map_or_else(|_| state.to_string(), |p| p.display().to_string())
 }
 
 /// The sinks, for the closing line.

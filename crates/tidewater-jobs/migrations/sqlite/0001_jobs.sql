@@ -1,5 +1,5 @@
 -- The job records of tidewater's embedded store.
-CREATE TABLE tidewater_jobs (
+CREATE TABLE IF NOT EXISTS tidewater_jobs (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL,
     state_url TEXT NOT NULL,

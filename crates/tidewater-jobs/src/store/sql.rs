@@ -128,10 +128,16 @@ impl SqlStore {
             table_name: Cow::Borrowed("tidewater_jobs_migrations"),
             ..Migrator::DEFAULT
         };
-        migrator
-            .run(&pool)
-            .await
-            .map_err(|e| failed(format!("migrating its tables: {e}")))?;
+        // Processes opening a new store at once race to migrate it (SQLite
+        // takes no migration lock): the loser finds the work done on a retry.
+        let mut attempt = 0;
+        while let Err(e) = migrator.run(&pool).await {
+            attempt += 1;
+            if attempt == 5 {
+                return Err(failed(format!("migrating its tables: {e}")));
+            }
+            tokio::time::sleep(Duration::from_millis(50 * attempt)).await;
+        }
         Ok(SqlStore { pool, dialect })
     }
 

@@ -1,0 +1,194 @@
+//! `tidewater jobs`, `tidewater status JOB` and `tidewater cancel JOB`:
+//! the job store's records, read and changed from any process (with a
+//! PostgreSQL store, from any machine).
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tidewater_jobs::{JobRecord, JobState};
+
+use crate::supervise::StoreArgs;
+
+/// List the jobs in the job store, newest first.
+#[derive(Debug, clap::Args)]
+pub struct JobsCommand {
+    /// Only the jobs in this state (queued, running, succeeded, failed,
+    /// cancelling, cancelled).
+    #[arg(long)]
+    pub state: Option<JobState>,
+    /// Print JSON (one array of job records) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// The job store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Show one job: state, progress, rate and ETA, last checkpoint and
+/// exposure, lease, error.
+#[derive(Debug, clap::Args)]
+pub struct StatusCommand {
+    /// The job's id, or its name.
+    pub job: String,
+    /// Print the job record as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// The job store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Ask a job to stop: its worker sees the cancel at its next heartbeat,
+/// takes a savepoint and ends CANCELLED; a queued job is cancelled at once.
+/// `tidewater run` of the same spec resumes it.
+#[derive(Debug, clap::Args)]
+pub struct CancelCommand {
+    /// The job's id, or its name.
+    pub job: String,
+    /// The job store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `tidewater jobs`.
+pub async fn jobs(command: JobsCommand) -> anyhow::Result<ExitCode> {
+    let store = command.store.open().await?;
+    let jobs = store.list(command.state).await?;
+    if command.json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if jobs.is_empty() {
+        println!("no jobs in {}", command.store.url());
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:>5}  {:<24} {:<10} {:>22}  {:>10}  {:<12}",
+        "ID", "NAME", "STATE", "ROWS", "CHECKPOINT", "UPDATED"
+    );
+    for job in &jobs {
+        println!(
+            "{:>5}  {:<24} {:<10} {:>22}  {:>10}  {:<12}",
+            job.id,
+            job.name,
+            job.state.as_str(),
+            rows(job),
+            job.progress
+                .last_checkpoint
+                .map_or_else(|| "-".to_string(), |c| format!("#{c}")),
+            format!("{} ago", age(job.updated_ms)),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tidewater status JOB`.
+pub async fn status(command: StatusCommand) -> anyhow::Result<ExitCode> {
+    let store = command.store.open().await?;
+    let job = store.find(&command.job).await?;
+    if command.json {
+        println!("{}", serde_json::to_string_pretty(&job)?);
+    } else {
+        print!("{}", describe(&job));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tidewater cancel JOB`.
+pub async fn cancel(command: CancelCommand) -> anyhow::Result<ExitCode> {
+    let store = command.store.open().await?;
+    let job = store.find(&command.job).await?;
+    let job = store.cancel(job.id, false).await?;
+    match job.state {
+        JobState::Cancelling => println!(
+            "job {} ('{}') is CANCELLING: its worker takes a savepoint at its next heartbeat \
+             (within a few seconds) and stops; `tidewater run` of its spec resumes it",
+            job.id, job.name
+        ),
+        state => println!("job {} ('{}') is {state}", job.id, job.name),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `1200/5000 (24.0%)`.
+fn rows(job: &JobRecord) -> String {
+    let done = job.progress.rows_done;
+    match job.progress.rows_total {
+        Some(total) if total > 0 => {
+            format!(
+                "{done}/{total} ({:.1}%)",
+                done as f64 * 100.0 / total as f64
+            )
+        }
+        _ => format!("{done}/?"),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// How long ago `ms` was, rounded for reading.
+fn age(ms: i64) -> String {
+    let seconds = (now_ms() - ms).max(0) as u64 / 1000;
+    humantime::format_duration(Duration::from_secs(seconds)).to_string()
+}
+
+/// The status page of one job.
+pub fn describe(job: &JobRecord) -> String {
+    let p = &job.progress;
+    let mut out = format!("job {} '{}': {}\n", job.id, job.name, job.state);
+    let rate = p
+        .rows_per_second
+        .map_or_else(String::new, |r| format!(", {:.2}M rows/s", r / 1e6));
+    let eta = match (job.state, p.eta_seconds) {
+        (JobState::Running, Some(s)) if s < 1.0 => ", ETA <1s".to_string(),
+        (JobState::Running, Some(s)) => format!(
+            ", ETA {}",
+            humantime::format_duration(Duration::from_secs(s.ceil() as u64))
+        ),
+        (JobState::Running, None) => ", ETA unknown".to_string(),
+        _ => String::new(),
+    };
+    out += &format!("  progress:    {} rows{rate}{eta}\n", rows(job));
+    match (p.last_checkpoint, p.last_checkpoint_ms) {
+        (Some(id), Some(at)) => out += &format!("  checkpoint:  #{id}, {} ago\n", age(at)),
+        _ => out += "  checkpoint:  none yet\n",
+    }
+    if job.state == JobState::Running || job.state == JobState::Cancelling {
+        out += &format!(
+            "  exposure:    {} rows, {:.1}s since the last checkpoint (what a crash now would redo)\n",
+            p.exposure_rows,
+            p.exposure_ms as f64 / 1000.0
+        );
+    }
+    if let Some(throttle) = &p.throttle {
+        out += &format!("  throttled:   {throttle}\n");
+    }
+    match &job.lease {
+        Some(lease) => {
+            let left = (lease.expires_ms - now_ms()).max(0) as f64 / 1000.0;
+            out += &format!(
+                "  lease:       {}, epoch {}, runs out in {left:.0}s unless renewed\n",
+                lease.owner, job.epoch
+            );
+        }
+        None => out += &format!("  lease:       none (last epoch {})\n", job.epoch),
+    }
+    if let Some(error) = &job.error {
+        out += &format!(
+            "  error:       {} ({}{})\n",
+            error.message,
+            error.code,
+            if error.retryable { ", retryable" } else { "" }
+        );
+    }
+    out += &format!("  state:       {}\n", job.state_url);
+    if let Some(path) = &job.spec_path {
+        out += &format!("  spec:        {path}\n");
+    }
+    out += &format!("  updated:     {} ago\n", age(job.updated_ms));
+    out
+}

@@ -1,0 +1,258 @@
+//! A run under the job store: the job's record and lease around it. Before
+//! the run the job is submitted (or found) and its lease taken; while it
+//! runs a heartbeat renews the lease, reports progress and brings cancels
+//! from the store; when it ends, the record says how.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use tidewater_core::events::InternalEvent;
+use tidewater_core::{JobControl, Outcome, ProgressSnapshot};
+use tidewater_jobs::{
+    Ending, Heartbeat, JobError, JobRecord, JobStore, LeaseClock, NewJob, Owner, Report,
+    StoreError, Submitted,
+};
+
+use crate::events::{CancelSeen, LeaseLost, LeaseRenewFailed, LeaseTaken};
+use crate::progress::{RecentRate, eta_seconds};
+use crate::runner::RunHooks;
+
+/// The job-store flags of every command that reads or writes jobs.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// The job store: `sqlite://PATH` or `postgres://...` (default: a
+    /// SQLite file under the user's data folder,
+    /// ~/.local/share/tidewater/jobs.sqlite).
+    #[arg(long = "store", env = "TIDEWATER_STORE")]
+    pub url: Option<String>,
+}
+
+impl StoreArgs {
+    /// The store's URL.
+    pub fn url(&self) -> String {
+        self.url.clone().unwrap_or_else(tidewater_jobs::default_url)
+    }
+
+    /// Opens the store.
+    pub async fn open(&self) -> anyhow::Result<Arc<dyn JobStore>> {
+        Ok(Arc::from(tidewater_jobs::open(&self.url()).await?))
+    }
+}
+
+/// What submitting a run found.
+pub enum Admission {
+    /// A job to run, once its lease is taken.
+    Run(Pending),
+    /// The idempotency key was used before: this is that job.
+    SameKey(JobRecord),
+    /// The job already succeeded.
+    Succeeded(JobRecord),
+}
+
+/// What the store needs to know of a run's job.
+pub struct Request<'a> {
+    /// The job's name.
+    pub name: &'a str,
+    /// Where its state is (its identity, with the name).
+    pub state_url: &'a str,
+    /// The spec's text.
+    pub spec: &'a str,
+    /// The spec's file.
+    pub spec_path: &'a std::path::Path,
+    /// The idempotency key, if any.
+    pub key: Option<&'a str>,
+}
+
+/// Submits the job, or finds it: nothing is opened or leased yet, so a
+/// submission that finds an earlier one touches nothing else.
+pub async fn submit(
+    store: Arc<dyn JobStore>,
+    url: &str,
+    request: Request<'_>,
+) -> Result<Admission, StoreError> {
+    let submitted = store
+        .submit(NewJob {
+            name: request.name.to_string(),
+            state_url: request.state_url.to_string(),
+            spec: request.spec.to_string(),
+            spec_path: Some(request.spec_path.display().to_string()),
+            idempotency_key: request.key.map(str::to_string),
+        })
+        .await?;
+    Ok(match submitted {
+        Submitted::SameKey(job) => Admission::SameKey(job),
+        Submitted::Existing(job) if job.state == tidewater_jobs::JobState::Succeeded => {
+            Admission::Succeeded(job)
+        }
+        Submitted::Created(job) | Submitted::Existing(job) => Admission::Run(Pending {
+            store,
+            url: url.to_string(),
+            job,
+        }),
+    })
+}
+
+/// A submitted job, not yet leased.
+pub struct Pending {
+    store: Arc<dyn JobStore>,
+    url: String,
+    job: JobRecord,
+}
+
+impl Pending {
+    /// Takes the job's lease for `ttl`, at an epoch past `min_epoch` (the
+    /// newest in its state store); `steal` takes it from a live holder.
+    pub async fn lease(
+        self,
+        ttl: Duration,
+        min_epoch: u64,
+        steal: bool,
+    ) -> Result<Supervised, StoreError> {
+        let me = Owner::this_process();
+        let sent = Instant::now();
+        let job = self
+            .store
+            .take_lease(self.job.id, &me, ttl, min_epoch, steal)
+            .await?;
+        LeaseTaken {
+            id: job.id,
+            name: &job.name,
+            epoch: job.epoch,
+            store: &self.url,
+        }
+        .emit();
+        let clock = Arc::new(LeaseClock::new(
+            &job.name,
+            tidewater_core::Epoch(job.epoch),
+            ttl,
+            sent,
+        ));
+        Ok(Supervised {
+            store: self.store,
+            job,
+            me,
+            ttl,
+            clock,
+            heartbeat: None,
+            ending: Arc::new(Mutex::new(None)),
+        })
+    }
+}
+
+/// A run holding its job's lease.
+pub struct Supervised {
+    store: Arc<dyn JobStore>,
+    job: JobRecord,
+    me: Owner,
+    ttl: Duration,
+    clock: Arc<LeaseClock>,
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    ending: Arc<Mutex<Option<(Ending, Report)>>>,
+}
+
+/// How often the heartbeat renews the lease and reports: a quarter of the
+/// ttl, and at least every 2 s so that `status` and cancels are prompt.
+fn heartbeat_interval(ttl: Duration) -> Duration {
+    tidewater_jobs::lease::renewal_interval(ttl).min(Duration::from_secs(2))
+}
+
+impl Supervised {
+    /// The lease, for the job's configuration.
+    pub fn lease(&self) -> Arc<LeaseClock> {
+        self.clock.clone()
+    }
+
+    /// The job's record as the lease was taken.
+    pub fn job(&self) -> &JobRecord {
+        &self.job
+    }
+
+    /// Records how the run ended (when it still holds the job) and stops
+    /// the heartbeat.
+    pub async fn finish(mut self) {
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.abort();
+        }
+        let ending = self.ending.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some((ending, report)) = ending else {
+            return;
+        };
+        if self.clock.lost().is_some() && !matches!(ending, Ending::Succeeded) {
+            // A successor holds the job: its record is not ours to write.
+            return;
+        }
+        if let Err(e) = self
+            .store
+            .finish(self.job.id, self.job.epoch, ending, &report)
+            .await
+        {
+            LeaseRenewFailed { error: &e }.emit();
+        }
+    }
+}
+
+impl RunHooks for Supervised {
+    fn started(&mut self, control: &JobControl) {
+        let (store, control, clock) = (self.store.clone(), control.clone(), self.clock.clone());
+        let (id, epoch, me, ttl) = (self.job.id, self.job.epoch, self.me.clone(), self.ttl);
+        self.heartbeat = Some(tokio::spawn(async move {
+            let mut rate = RecentRate::default();
+            let mut cancelled = false;
+            // The first report soon, so that `status` shows the run at once.
+            let mut wait = heartbeat_interval(ttl).min(Duration::from_millis(500));
+            loop {
+                tokio::time::sleep(wait).await;
+                wait = heartbeat_interval(ttl);
+                let sent = Instant::now();
+                let p = control.progress();
+                let report = report(&p, rate.observe(&p));
+                match store.heartbeat(id, epoch, &me, ttl, &report).await {
+                    Ok(Heartbeat::Renewed { cancel }) => {
+                        clock.renewed(sent);
+                        if cancel.is_some() && !cancelled {
+                            cancelled = true;
+                            CancelSeen.emit();
+                            control.cancel();
+                        }
+                    }
+                    Ok(Heartbeat::Lost(why)) => {
+                        LeaseLost { why: &why }.emit();
+                        clock.lose(why);
+                        // The savepoint this asks for is refused by the
+                        // lease: the run ends at once, committing nothing.
+                        control.cancel();
+                        return;
+                    }
+                    Err(e) => LeaseRenewFailed { error: &e }.emit(),
+                }
+            }
+        }));
+    }
+
+    fn ended(&mut self, outcome: &tidewater_core::Result<Outcome>, last: &ProgressSnapshot) {
+        let ending = match outcome {
+            Ok(Outcome::Completed(_)) | Ok(Outcome::AlreadyComplete { .. }) => Ending::Succeeded,
+            Ok(Outcome::Cancelled { .. }) => Ending::Cancelled,
+            Err(e) => Ending::Failed(JobError::of(e)),
+        };
+        *self.ending.lock().unwrap_or_else(|e| e.into_inner()) = Some((ending, report(last, None)));
+    }
+}
+
+/// What a heartbeat reports of `p`.
+fn report(p: &ProgressSnapshot, rate: Option<f64>) -> Report {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Report {
+        rows_done: p.rows_read,
+        rows_total: (p.rows_total > 0).then_some(p.rows_total),
+        rows_per_second: rate,
+        eta_seconds: eta_seconds(p, rate),
+        last_checkpoint: (p.last_checkpoint > 0).then_some(p.last_checkpoint),
+        last_checkpoint_ms: (p.last_checkpoint > 0).then(|| now_ms - p.exposure.as_millis() as i64),
+        exposure_rows: p.exposure_rows,
+        exposure_ms: p.exposure.as_millis() as u64,
+        throttle: (!p.throttled_by.is_empty()).then(|| p.throttled_by.join(", ")),
+    }
+}
