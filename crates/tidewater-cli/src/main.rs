@@ -8,6 +8,7 @@
 //! tidewater jobs
 //! tidewater status backfill
 //! tidewater cancel backfill
+//! tidewater resume backfill
 //! ```
 //!
 //! Exit codes: 0 complete (or already complete), 1 failed, 2 spec or usage
@@ -45,6 +46,8 @@ enum Command {
     Status(jobs::StatusCommand),
     /// Ask a running job to take a savepoint and stop.
     Cancel(jobs::CancelCommand),
+    /// Run a job again from its last checkpoint, with its stored spec.
+    Resume(jobs::ResumeCommand),
 }
 
 fn main() -> ExitCode {
@@ -63,5 +66,6 @@ fn main() -> ExitCode {
         Command::Jobs(c) => main_with(jobs::jobs(c)),
         Command::Status(c) => main_with(jobs::status(c)),
         Command::Cancel(c) => main_with(jobs::cancel(c)),
+        Command::Resume(c) => main_with(jobs::resume(c)),
     }
 }

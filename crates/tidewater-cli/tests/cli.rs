@@ -1298,7 +1298,7 @@ fn an_idempotency_key_returns_the_first_job_instead_of_a_second() {
 }
 
 #[test]
-fn cancel_from_another_process_takes_a_savepoint_and_run_resumes() {
+fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() {
     let store = test_store();
     let folder = Folder::new();
     let spec = copy_spec(1_000_000, 100, &folder.s("state"), &folder.s("out"))
@@ -1335,7 +1335,12 @@ fn cancel_from_another_process_takes_a_savepoint_and_run_resumes() {
     );
     let cancelled = status("cancel-me", &store);
     assert_eq!(cancelled["state"], "CANCELLED", "{cancelled}");
-    let resumed = run(&spec, &["--progress", "off"]);
+    // Its stored spec, from the store alone.
+    std::fs::remove_file(&spec).unwrap();
+    let resumed = tidewater()
+        .args(["resume", "cancel-me", "--progress", "off"])
+        .output()
+        .unwrap();
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert!(
         String::from_utf8_lossy(&resumed.stdout).contains("resumed from checkpoint"),

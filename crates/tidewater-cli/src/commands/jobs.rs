@@ -40,7 +40,7 @@ pub struct StatusCommand {
 
 /// Ask a job to stop: its worker sees the cancel at its next heartbeat,
 /// takes a savepoint and ends CANCELLED; a queued job is cancelled at once.
-/// `tidewater run` of the same spec resumes it.
+/// `tidewater resume JOB` (or `tidewater run` of its spec) continues it.
 #[derive(Debug, clap::Args)]
 pub struct CancelCommand {
     /// The job's id, or its name.
@@ -102,8 +102,8 @@ pub async fn cancel(command: CancelCommand) -> anyhow::Result<ExitCode> {
     match job.state {
         JobState::Cancelling => println!(
             "job {} ('{}') is CANCELLING: its worker takes a savepoint at its next heartbeat \
-             (within a few seconds) and stops; `tidewater run` of its spec resumes it",
-            job.id, job.name
+             (within a few seconds) and stops; `tidewater resume {}` continues it",
+            job.id, job.name, job.id
         ),
         state => println!("job {} ('{}') is {state}", job.id, job.name),
     }
@@ -191,4 +191,66 @@ pub fn describe(job: &JobRecord) -> String {
     }
     out += &format!("  updated:     {} ago\n", age(job.updated_ms));
     out
+}
+
+/// Run a job again from its last checkpoint or savepoint, with the spec it
+/// was submitted with (as stored, `${env:NAME}` expanded anew).
+#[derive(Debug, clap::Args)]
+pub struct ResumeCommand {
+    /// The job's id, or its name.
+    pub job: String,
+    /// How progress is shown (as for `run`).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub progress: crate::runner::ProgressMode,
+    /// How long the job's lease lasts unless renewed.
+    #[arg(long, default_value = "30s", value_parser = super::run::parse_ttl)]
+    pub lease_ttl: Duration,
+    /// Take the job's lease even while another process holds it.
+    #[arg(long)]
+    pub steal: bool,
+    /// The job store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `tidewater resume JOB`.
+pub async fn resume(command: ResumeCommand) -> anyhow::Result<ExitCode> {
+    use anyhow::Context;
+    let store = command.store.open().await?;
+    let job = store.find(&command.job).await?;
+    if job.state == JobState::Succeeded {
+        println!(
+            "already complete: job {} ('{}') succeeded; nothing to do",
+            job.id, job.name
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    // The stored spec, in a file named as the original, so that messages
+    // about it read as they did.
+    let dir = std::env::temp_dir().join(format!("tidewater-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let name = job
+        .spec_path
+        .as_deref()
+        .and_then(|p| std::path::Path::new(p).file_name())
+        .map_or_else(|| "spec.toml".into(), |n| n.to_os_string());
+    let spec = dir.join(name);
+    std::fs::write(&spec, &job.spec).with_context(|| format!("writing {}", spec.display()))?;
+    let run = super::run::RunCommand {
+        spec,
+        state: Some(job.state_url.clone()),
+        parallelism: None,
+        checkpoint_interval: None,
+        progress: command.progress,
+        progress_interval: crate::runner::Interval(Some(Duration::from_secs(10))),
+        summary_json: None,
+        status_file: None,
+        store: command.store.clone(),
+        idempotency_key: None,
+        lease_ttl: command.lease_ttl,
+        steal: command.steal,
+    };
+    let code = super::run::run(run).await;
+    let _ = std::fs::remove_dir_all(&dir);
+    code
 }

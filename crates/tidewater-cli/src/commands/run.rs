@@ -61,7 +61,7 @@ pub struct RunCommand {
     pub steal: bool,
 }
 
-fn parse_ttl(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
     let ttl = humantime::parse_duration(text)
         .map_err(|e| format!("'{text}' is not a duration like 30s or 2m: {e}"))?;
     if ttl < Duration::from_millis(400) {
