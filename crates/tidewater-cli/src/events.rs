@@ -123,3 +123,29 @@ impl InternalEvent for CancelSeen {
         info!("the job was cancelled in the job store: taking a savepoint, then stopping");
     }
 }
+
+/// A job that succeeded has an empty state location now: its record is
+/// dropped and the job runs anew.
+#[derive(Debug)]
+pub struct JobForgotten<'a> {
+    /// The old record's id.
+    pub id: i64,
+    /// The job's name.
+    pub name: &'a str,
+    /// Its state location.
+    pub state: &'a str,
+}
+
+impl InternalEvent for JobForgotten<'_> {
+    fn emit(self) {
+        info!(
+            job_id = self.id,
+            job = self.name,
+            "job {} ('{}') succeeded before, but {} holds none of its checkpoints now: \
+             running it anew",
+            self.id,
+            self.name,
+            self.state
+        );
+    }
+}

@@ -1401,3 +1401,24 @@ fn a_paused_worker_whose_lease_ran_out_is_fenced_and_the_output_is_exact() {
     let ended = status("paused", &test_store());
     assert_eq!(ended["state"], "SUCCEEDED", "{ended}");
 }
+
+#[test]
+fn a_succeeded_job_whose_state_was_emptied_runs_anew() {
+    let folder = Folder::new();
+    let body = copy_spec(10_000, 10, &folder.s("state"), &folder.s("out"))
+        .replace("name = \"copy\"", "name = \"again\"");
+    let spec = folder.write("job.toml", &body);
+    assert!(run(&spec, &[]).status.success());
+    let done = run(&spec, &[]);
+    assert!(
+        String::from_utf8_lossy(&done.stdout).contains("already complete"),
+        "{}",
+        text(&done)
+    );
+    std::fs::remove_dir_all(folder.path("state")).unwrap();
+    std::fs::remove_dir_all(folder.path("out")).unwrap();
+    let anew = run(&spec, &[]);
+    assert!(anew.status.success(), "{}", text(&anew));
+    assert!(stderr(&anew).contains("running it anew"), "{}", text(&anew));
+    assert_copy_output(&folder.path("out"), 10_000, 10);
+}

@@ -11,8 +11,10 @@ use tidewater_core::checkpoint::store::StateStore;
 use tidewater_jobs::StoreError;
 
 use crate::build::{self, BuildError};
+use crate::events::JobForgotten;
 use crate::runner::{self, Interval, Reporting};
 use crate::supervise::{self, Admission, Request, StoreArgs};
+use tidewater_core::events::InternalEvent;
 
 /// Run a spec's job. Flags override the spec's `[job]` settings.
 #[derive(Debug, clap::Args)]
@@ -86,14 +88,36 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
     let parallelism = command.parallelism.unwrap_or(spec.job.parallelism);
     let url = command.store.url();
     let store = command.store.open().await?;
-    let request = Request {
+    let location = tidewater_core::open_location(&spec.job.state)
+        .with_context(|| format!("opening the state store {}", spec.job.state))?;
+    let min_epoch = StateStore::new(&location, &spec.job.name)
+        .newest_epoch()
+        .await
+        .with_context(|| format!("reading the epochs in the state store {}", spec.job.state))?
+        .map_or(0, |e| e.0);
+    let state_url = identity(&spec.job.state);
+    let request = || Request {
         name: &spec.job.name,
-        state_url: &identity(&spec.job.state),
+        state_url: &state_url,
         spec: &spec.source.text,
         spec_path: &command.spec,
         key: command.idempotency_key.as_deref(),
     };
-    let pending = match supervise::submit(store, &url, request).await? {
+    let mut admission = supervise::submit(store.clone(), &url, request()).await?;
+    if let Admission::Succeeded(job) = &admission
+        && min_epoch == 0
+    {
+        // It succeeded, and its state location is empty now: it is run anew.
+        JobForgotten {
+            id: job.id,
+            name: &job.name,
+            state: &spec.job.state,
+        }
+        .emit();
+        store.forget(job.id).await?;
+        admission = supervise::submit(store, &url, request()).await?;
+    }
+    let pending = match admission {
         Admission::Run(pending) => pending,
         Admission::SameKey(job) => {
             println!(
@@ -119,15 +143,9 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::FAILURE);
         }
     };
-    let config = JobConfig::new(&spec.job.state)
-        .with_context(|| format!("opening the state store {}", spec.job.state))?
+    let config = JobConfig::with_location(location)
         .checkpoint_interval(spec.job.checkpoint_interval)
         .retain(spec.job.retain);
-    let min_epoch = StateStore::new(config.state_location(), &spec.job.name)
-        .newest_epoch()
-        .await
-        .with_context(|| format!("reading the epochs in the state store {}", spec.job.state))?
-        .map_or(0, |e| e.0);
     let mut supervised = match pending
         .lease(command.lease_ttl, min_epoch, command.steal)
         .await

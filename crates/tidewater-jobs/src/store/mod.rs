@@ -131,6 +131,11 @@ pub trait JobStore: Send + Sync {
         report: &Report,
     ) -> Result<JobRecord, StoreError>;
 
+    /// Deletes the record of a job that ended (SUCCEEDED, FAILED or
+    /// CANCELLED): for a job whose state location was emptied, so that the
+    /// same spec can start it anew.
+    async fn forget(&self, id: JobId) -> Result<(), StoreError>;
+
     /// Asks the job to stop: a QUEUED job is CANCELLED at once, a RUNNING
     /// one CANCELLING (its worker sees it at its next heartbeat).
     async fn cancel(&self, id: JobId, discard: bool) -> Result<JobRecord, StoreError>;

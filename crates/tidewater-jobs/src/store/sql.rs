@@ -456,6 +456,27 @@ impl JobStore for SqlStore {
         })
     }
 
+    async fn forget(&self, id: JobId) -> Result<(), StoreError> {
+        let job = self.get(id).await?;
+        let ended = [JobState::Succeeded, JobState::Failed, JobState::Cancelled];
+        if !ended.contains(&job.state) {
+            return Err(StoreError::Illegal {
+                id,
+                source: crate::state::IllegalTransition {
+                    from: job.state,
+                    event: "be forgotten",
+                },
+            });
+        }
+        sqlx::query("DELETE FROM tidewater_jobs WHERE id = $1 AND state = $2")
+            .bind(id)
+            .bind(job.state.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(query_error("forgetting a job"))?;
+        Ok(())
+    }
+
     async fn cancel(&self, id: JobId, discard: bool) -> Result<JobRecord, StoreError> {
         loop {
             let job = self.get(id).await?;
