@@ -373,6 +373,11 @@ impl Rng {
         Rng(seed)
     }
 
+    /// A stream from `seed` (for one of several threads).
+    pub fn from_seed(seed: u64) -> Self {
+        Rng(seed)
+    }
+
     pub fn below(&mut self, n: u64) -> u64 {
         self.0 = self.0.wrapping_add(1);
         splitmix64(self.0) % n.max(1)

@@ -1351,55 +1351,133 @@ fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() 
     assert_eq!(status("cancel-me", &store)["state"], "SUCCEEDED");
 }
 
-#[test]
-fn a_paused_worker_whose_lease_ran_out_is_fenced_and_the_output_is_exact() {
-    let folder = Folder::new();
-    let spec = copy_spec(1_000_000, 100, &folder.s("state"), &folder.s("out"))
-        .replace("name = \"copy\"", "name = \"paused\"")
+/// One fencing trial: a run of `spec` (job `name`) is stopped with SIGSTOP
+/// at a random instant; a second run is refused while the first's 1 s lease
+/// lives and takes over once it ran out; after a random while the first is
+/// woken, so both are alive. The second must finish; the first must stop
+/// without committing (fenced, its lease lost, or refused before it held
+/// one). Returns what the woken run said, or `None` when the first run
+/// finished before its pause (no trial).
+fn paused_takeover_trial(name: &str, spec: &Path, rng: &mut Rng) -> Option<String> {
+    let store = test_store();
+    let args = ["--lease-ttl", "1s", "--progress", "off"];
+    let spawn = || {
+        tidewater()
+            .arg("run")
+            .args(args)
+            .arg(spec)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = spawn();
+    std::thread::sleep(Duration::from_millis(100 + rng.below(3000)));
+    signal(&first, "STOP");
+    if first.try_wait().unwrap().is_some() {
+        return None;
+    }
+    let epoch_now = || status_of(name, &store).map_or(0, |s| s["epoch"].as_u64().unwrap_or(0));
+    let stopped_at = epoch_now();
+    let mut second = loop {
+        let mut attempt = spawn();
+        let taken = loop {
+            if let Some(code) = attempt.try_wait().unwrap() {
+                break code.code() != Some(1);
+            }
+            if epoch_now() > stopped_at {
+                break true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if taken {
+            break attempt;
+        }
+        let refused = attempt.wait_with_output().unwrap();
+        assert!(
+            stderr(&refused).contains("holds its lease"),
+            "{}",
+            text(&refused)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(rng.below(800)));
+    signal(&first, "CONT");
+    wait_or_kill(&mut second, Duration::from_secs(120)).expect("the second run ends");
+    let second = second.wait_with_output().unwrap();
+    assert!(
+        second.status.success(),
+        "{name}: the second run failed:\n{}",
+        text(&second)
+    );
+    wait_or_kill(&mut first, Duration::from_secs(120)).expect("the woken run ends");
+    let woken = first.wait_with_output().unwrap();
+    let said = text(&woken);
+    let stopped = [
+        "lost the lease on job",
+        "fenced: this worker holds epoch",
+        "holds its lease",
+    ];
+    assert!(
+        woken.status.code() == Some(1) && stopped.iter().any(|s| said.contains(s)),
+        "{name}: the woken run did not stop fenced:\n{said}"
+    );
+    Some(said)
+}
+
+/// The spec of fencing trial `trial` in `mode` (copy or aggregate): about
+/// five seconds of work.
+fn trial_spec(mode: &str, name: &str, folder: &Folder, rows: u64, keys: u64) -> String {
+    let (state, out) = (folder.s("state"), folder.s("out"));
+    let body = match mode {
+        "copy" => copy_spec(rows, keys, &state, &out),
+        _ => aggregate_spec(rows, keys, &state, &out),
+    };
+    body.replace(&format!("name = \"{mode}\""), &format!("name = \"{name}\""))
         .replace(
             "batch_rows = 4096",
             "batch_rows = 4096\nrate_limit = 200_000",
-        );
-    let spec = folder.write("job.toml", &spec);
-    let ttl = ["--lease-ttl", "1s", "--progress", "off"];
-    let mut first = tidewater()
-        .arg("run")
-        .args(ttl)
-        .arg(&spec)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_for_status("paused", &test_store(), "past its first checkpoint", |s| {
-        s["progress"]["last_checkpoint"].as_u64() > Some(0)
-    });
-    signal(&first, "STOP");
-    // Refused while the lease lives; taken once it ran out.
-    let second = loop {
-        let output = tidewater()
-            .arg("run")
-            .args(ttl)
-            .arg(&spec)
-            .output()
-            .unwrap();
-        if output.status.code() != Some(1) {
-            break output;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    signal(&first, "CONT");
-    assert!(second.status.success(), "{}", text(&second));
-    wait_or_kill(&mut first, Duration::from_secs(60)).expect("the woken run stops");
-    let woken = first.wait_with_output().unwrap();
-    assert_eq!(woken.status.code(), Some(1), "{}", text(&woken));
-    assert!(
-        stderr(&woken).contains("lost the lease on job 'paused'"),
-        "{}",
-        text(&woken)
-    );
-    assert_copy_output(&folder.path("out"), 1_000_000, 100);
-    let ended = status("paused", &test_store());
-    assert_eq!(ended["state"], "SUCCEEDED", "{ended}");
+        )
+}
+
+#[test]
+fn paused_workers_whose_lease_ran_out_are_fenced_and_the_output_is_exact() {
+    const TRIALS: usize = 20;
+    const LANES: usize = 4;
+    let (rows, keys) = (1_000_000, 100);
+    for mode in ["copy", "aggregate"] {
+        let seed = Rng::from_time().below(u64::MAX);
+        // Four trials at a time: they mostly wait on a rate limit or a lease.
+        std::thread::scope(|scope| {
+            for lane in 0..LANES {
+                scope.spawn(move || {
+                    let mut rng = Rng::from_seed(seed.wrapping_add(lane as u64));
+                    let mut trial = lane;
+                    while trial < TRIALS {
+                        let folder = Folder::new();
+                        let name = format!("paused-{mode}-{trial}");
+                        let spec =
+                            folder.write("job.toml", &trial_spec(mode, &name, &folder, rows, keys));
+                        let Some(said) = paused_takeover_trial(&name, &spec, &mut rng) else {
+                            continue;
+                        };
+                        let how = if said.contains("lost the lease") {
+                            "lease lost"
+                        } else {
+                            "fenced"
+                        };
+                        eprintln!("{name}: the woken run stopped ({how})");
+                        match mode {
+                            "copy" => assert_copy_output(&folder.path("out"), rows, keys),
+                            _ => assert_aggregate_output(&folder.path("out"), rows, keys),
+                        }
+                        assert_eq!(status(&name, &test_store())["state"], "SUCCEEDED");
+                        trial += LANES;
+                    }
+                });
+            }
+        });
+    }
 }
 
 #[test]
