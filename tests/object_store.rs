@@ -21,8 +21,8 @@ use object_store::ObjectStoreExt;
 use tidewater::open_location;
 
 use common::{
-    Backfill, Rng, assert_copy_output, example_binary, kill_randomly_until_complete, read_output,
-    s3_prefix, text, walk,
+    Backfill, Rng, assert_copy_output, download, example_binary, kill_randomly_until_complete,
+    read_output, s3_prefix, text, walk,
 };
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -30,41 +30,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .expect("tokio runtime")
-}
-
-/// Copies the `*.parquet` objects directly under `url` into `to`, with their sizes.
-fn download(url: &str, to: &Path) -> Vec<(String, u64)> {
-    std::fs::create_dir_all(to).expect("download folder");
-    let location = open_location(url).expect("open location");
-    runtime().block_on(async {
-        let depth = location.prefix.parts().count();
-        let objects: Vec<_> = location
-            .store
-            .list(Some(&location.prefix))
-            .try_collect()
-            .await
-            .expect("list");
-        let mut files = Vec::new();
-        for object in objects {
-            let parts: Vec<_> = object.location.parts().skip(depth).collect();
-            let [name] = parts.as_slice() else { continue };
-            let name = name.as_ref().to_string();
-            if !name.ends_with(".parquet") {
-                continue;
-            }
-            let bytes = location
-                .store
-                .get(&object.location)
-                .await
-                .expect("get")
-                .bytes()
-                .await
-                .expect("bytes");
-            std::fs::write(to.join(&name), &bytes).expect("write");
-            files.push((name, object.size));
-        }
-        files
-    })
 }
 
 /// Asserts that the newest complete checkpoint under `state` (job `job`) has

@@ -516,6 +516,45 @@ impl Db {
     }
 }
 
+/// Copies the `*.parquet` objects directly under `url` (a folder or an
+/// object-store URL) into `to`, with their sizes.
+pub fn download(url: &str, to: &Path) -> Vec<(String, u64)> {
+    use object_store::ObjectStoreExt;
+    std::fs::create_dir_all(to).expect("download folder");
+    let location = tidewater_core::open_location(url).expect("open location");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async {
+        let listed = location
+            .store
+            .list_with_delimiter(Some(&location.prefix))
+            .await
+            .expect("list");
+        let mut files = Vec::new();
+        for object in listed.objects {
+            let Some(name) = object.location.filename().map(str::to_string) else {
+                continue;
+            };
+            if !name.ends_with(".parquet") {
+                continue;
+            }
+            let bytes = location
+                .store
+                .get(&object.location)
+                .await
+                .expect("get")
+                .bytes()
+                .await
+                .expect("bytes");
+            std::fs::write(to.join(&name), &bytes).expect("write");
+            files.push((name, object.size));
+        }
+        files
+    })
+}
+
 /// Every file below `dir` (none when it does not exist).
 pub fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();

@@ -1425,13 +1425,12 @@ fn paused_takeover_trial(name: &str, spec: &Path, rng: &mut Rng) -> Option<Strin
     Some(said)
 }
 
-/// The spec of fencing trial `trial` in `mode` (copy or aggregate): about
-/// five seconds of work.
-fn trial_spec(mode: &str, name: &str, folder: &Folder, rows: u64, keys: u64) -> String {
-    let (state, out) = (folder.s("state"), folder.s("out"));
+/// The spec of a fencing trial in `mode` (copy or aggregate), job `name`,
+/// state and output at `state` and `out`: about five seconds of work.
+fn trial_spec(mode: &str, name: &str, state: &str, out: &str, rows: u64, keys: u64) -> String {
     let body = match mode {
-        "copy" => copy_spec(rows, keys, &state, &out),
-        _ => aggregate_spec(rows, keys, &state, &out),
+        "copy" => copy_spec(rows, keys, state, out),
+        _ => aggregate_spec(rows, keys, state, out),
     };
     body.replace(&format!("name = \"{mode}\""), &format!("name = \"{name}\""))
         .replace(
@@ -1440,14 +1439,15 @@ fn trial_spec(mode: &str, name: &str, folder: &Folder, rows: u64, keys: u64) -> 
         )
 }
 
-#[test]
-fn paused_workers_whose_lease_ran_out_are_fenced_and_the_output_is_exact() {
+/// 20 fencing trials for the copy spec and 20 for the aggregate spec, four
+/// at a time (they mostly wait on a rate limit or a lease); `place` gives a
+/// trial's state and output locations (a folder or URL), from its name.
+fn fencing_trials(place: &(dyn Fn(&Folder, &str) -> (String, String) + Sync)) {
     const TRIALS: usize = 20;
     const LANES: usize = 4;
     let (rows, keys) = (1_000_000, 100);
     for mode in ["copy", "aggregate"] {
         let seed = Rng::from_time().below(u64::MAX);
-        // Four trials at a time: they mostly wait on a rate limit or a lease.
         std::thread::scope(|scope| {
             for lane in 0..LANES {
                 scope.spawn(move || {
@@ -1455,9 +1455,10 @@ fn paused_workers_whose_lease_ran_out_are_fenced_and_the_output_is_exact() {
                     let mut trial = lane;
                     while trial < TRIALS {
                         let folder = Folder::new();
-                        let name = format!("paused-{mode}-{trial}");
-                        let spec =
-                            folder.write("job.toml", &trial_spec(mode, &name, &folder, rows, keys));
+                        let name = format!("paused-{mode}-{trial}-{}", rng.below(1 << 30));
+                        let (state, out) = place(&folder, &name);
+                        let spec = trial_spec(mode, &name, &state, &out, rows, keys);
+                        let spec = folder.write("job.toml", &spec);
                         let Some(said) = paused_takeover_trial(&name, &spec, &mut rng) else {
                             continue;
                         };
@@ -1467,9 +1468,11 @@ fn paused_workers_whose_lease_ran_out_are_fenced_and_the_output_is_exact() {
                             "fenced"
                         };
                         eprintln!("{name}: the woken run stopped ({how})");
+                        let local = folder.path("downloaded");
+                        common::download(&out, &local);
                         match mode {
-                            "copy" => assert_copy_output(&folder.path("out"), rows, keys),
-                            _ => assert_aggregate_output(&folder.path("out"), rows, keys),
+                            "copy" => assert_copy_output(&local, rows, keys),
+                            _ => assert_aggregate_output(&local, rows, keys),
                         }
                         assert_eq!(status(&name, &test_store())["state"], "SUCCEEDED");
                         trial += LANES;
@@ -1478,6 +1481,19 @@ fn paused_workers_whose_lease_ran_out_are_fenced_and_the_output_is_exact() {
             }
         });
     }
+}
+
+#[test]
+fn paused_workers_whose_lease_ran_out_are_fenced_and_the_output_is_exact() {
+    fencing_trials(&|folder, _| (folder.s("state"), folder.s("out")));
+}
+
+#[test]
+fn on_s3_paused_workers_whose_lease_ran_out_are_fenced_and_the_output_is_exact() {
+    let Some(base) = s3_prefix("cli-paused") else {
+        return;
+    };
+    fencing_trials(&|_, name| (format!("{base}/{name}/state"), format!("{base}/{name}/out")));
 }
 
 #[test]
