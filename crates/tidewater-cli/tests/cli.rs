@@ -1084,7 +1084,8 @@ fn on_a_terminal_the_bar_shows_the_progress_and_logs_never_tear_it() {
     let spec = folder.write("job.toml", &spec);
     let socket = format!("tidewater-test-{}", std::process::id());
     let command = format!(
-        "env RUST_LOG=info NO_COLOR=1 {} run {} 2>&1; echo EXIT=$?; sleep 60",
+        "env RUST_LOG=info NO_COLOR=1 TIDEWATER_STORE={} {} run {} 2>&1; echo EXIT=$?; sleep 60",
+        test_store(),
         env!("CARGO_BIN_EXE_tidewater"),
         spec.display()
     );
@@ -1352,7 +1353,7 @@ fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() 
 }
 
 /// One fencing trial: a run of `spec` (job `name`) is stopped with SIGSTOP
-/// at a random instant; a second run is refused while the first's 1 s lease
+/// at a random instant; a second run is refused while the first's 2 s lease
 /// lives and takes over once it ran out; after a random while the first is
 /// woken, so both are alive. The second must finish; the first must stop
 /// without committing (fenced, its lease lost, or refused before it held
@@ -1360,7 +1361,7 @@ fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() 
 /// finished before its pause (no trial).
 fn paused_takeover_trial(name: &str, spec: &Path, rng: &mut Rng) -> Option<String> {
     let store = test_store();
-    let args = ["--lease-ttl", "1s", "--progress", "off"];
+    let args = ["--lease-ttl", "2s", "--progress", "off"];
     let spawn = || {
         tidewater()
             .arg("run")

@@ -33,11 +33,13 @@ impl Dialect {
         }
     }
 
-    fn migration(self) -> &'static str {
-        match self {
-            Dialect::Sqlite => include_str!("../../migrations/sqlite/0001_jobs.sql"),
-            Dialect::Postgres => include_str!("../../migrations/postgres/0001_jobs.sql"),
-        }
+    /// The table, in this dialect.
+    fn migration(self) -> String {
+        let id = match self {
+            Dialect::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
+            Dialect::Postgres => "BIGSERIAL PRIMARY KEY",
+        };
+        include_str!("../../migrations/0001_jobs.sql").replace("{id}", id)
     }
 }
 
@@ -47,6 +49,9 @@ pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
 }
+
+/// How long a write waits out other processes' writes before failing.
+const BUSY_LIMIT: Duration = Duration::from_secs(30);
 
 const COLUMNS: &str = "id, name, state_url, state, spec, spec_path, idempotency_key, rows_done, \
     rows_total, rows_per_second, eta_seconds, last_checkpoint, last_checkpoint_ms, exposure_rows, \
@@ -122,7 +127,7 @@ impl SqlStore {
                 1,
                 Cow::Borrowed("job records"),
                 MigrationType::Simple,
-                dialect.migration().into_sql_str(),
+                AssertSqlSafe(dialect.migration()).into_sql_str(),
                 false,
             )]),
             table_name: Cow::Borrowed("tidewater_jobs_migrations"),
@@ -141,6 +146,31 @@ impl SqlStore {
         Ok(SqlStore { pool, dialect })
     }
 
+    /// Runs `attempt` again while SQLite says the database is busy: two
+    /// processes writing at once can get `SQLITE_BUSY` at once, without
+    /// the busy timeout's wait (a write that must upgrade a read snapshot
+    /// another process's commit made stale).
+    async fn retrying<T, F>(&self, mut attempt: impl FnMut() -> F) -> Result<T, sqlx::Error>
+    where
+        F: Future<Output = Result<T, sqlx::Error>>,
+    {
+        let started = std::time::Instant::now();
+        let mut wait = Duration::from_millis(2 + u64::from(std::process::id() % 5));
+        loop {
+            match attempt().await {
+                Err(sqlx::Error::Database(e))
+                    if self.dialect == Dialect::Sqlite
+                        && (e.code().as_deref() == Some("5") || e.message().contains("locked"))
+                        && started.elapsed() < BUSY_LIMIT =>
+                {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
     fn sql(&self, text: &str) -> AssertSqlSafe<String> {
         AssertSqlSafe(text.replace("{now}", self.dialect.now_ms()))
     }
@@ -153,9 +183,12 @@ impl SqlStore {
     ) -> Result<Option<JobRecord>, StoreError> {
         let text =
             format!("SELECT {COLUMNS}, {{now}} AS now_ms FROM tidewater_jobs WHERE {filter}");
-        let row = sqlx::query(self.sql(&text))
-            .bind(bind)
-            .fetch_optional(&self.pool)
+        let row = self
+            .retrying(|| {
+                sqlx::query(self.sql(&text))
+                    .bind(bind)
+                    .fetch_optional(&self.pool)
+            })
             .await
             .map_err(query_error(what))?;
         row.map(|r| decode(&r)).transpose()
@@ -168,12 +201,14 @@ impl SqlStore {
         other: Option<&str>,
     ) -> Result<Vec<JobRecord>, StoreError> {
         let text = format!("SELECT {COLUMNS} FROM tidewater_jobs WHERE {filter} ORDER BY id DESC");
-        let mut query = sqlx::query(self.sql(&text)).bind(value.to_string());
-        if let Some(other) = other {
-            query = query.bind(other.to_string());
-        }
-        let rows = query
-            .fetch_all(&self.pool)
+        let rows = self
+            .retrying(|| {
+                let mut query = sqlx::query(self.sql(&text)).bind(value.to_string());
+                if let Some(other) = other {
+                    query = query.bind(other.to_string());
+                }
+                query.fetch_all(&self.pool)
+            })
             .await
             .map_err(query_error("reading jobs"))?;
         rows.iter().map(decode).collect()
@@ -182,9 +217,12 @@ impl SqlStore {
     /// The job and the store's clock.
     async fn with_now(&self, id: JobId) -> Result<(JobRecord, i64), StoreError> {
         let text = format!("SELECT {COLUMNS}, {{now}} AS now_ms FROM tidewater_jobs WHERE id = $1");
-        let row = sqlx::query(self.sql(&text))
-            .bind(id)
-            .fetch_optional(&self.pool)
+        let row = self
+            .retrying(|| {
+                sqlx::query(self.sql(&text))
+                    .bind(id)
+                    .fetch_optional(&self.pool)
+            })
             .await
             .map_err(query_error("reading a job"))?
             .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
@@ -203,18 +241,21 @@ impl SqlStore {
     ) -> Result<bool, StoreError> {
         let to = transition(job.state, event)
             .map_err(|source| StoreError::Illegal { id: job.id, source })?;
-        let done = sqlx::query(self.sql(
-            "UPDATE tidewater_jobs SET state = $1, discard = $2, updated_ms = {now} \
+        let done = self
+            .retrying(|| {
+                sqlx::query(self.sql(
+                    "UPDATE tidewater_jobs SET state = $1, discard = $2, updated_ms = {now} \
              WHERE id = $3 AND epoch = $4 AND state = $5",
-        ))
-        .bind(to.as_str())
-        .bind(i64::from(discard))
-        .bind(job.id)
-        .bind(job.epoch as i64)
-        .bind(job.state.as_str())
-        .execute(&self.pool)
-        .await
-        .map_err(query_error("changing a job's state"))?;
+                ))
+                .bind(to.as_str())
+                .bind(i64::from(discard))
+                .bind(job.id)
+                .bind(job.epoch as i64)
+                .bind(job.state.as_str())
+                .execute(&self.pool)
+            })
+            .await
+            .map_err(query_error("changing a job's state"))?;
         Ok(done.rows_affected() == 1)
     }
 }
@@ -239,19 +280,22 @@ impl JobStore for SqlStore {
             {
                 return Ok(Submitted::Existing(found));
             }
-            let inserted = sqlx::query(self.sql(
-                "INSERT INTO tidewater_jobs (name, state_url, state, spec, spec_path, \
+            let inserted = self
+                .retrying(|| {
+                    sqlx::query(self.sql(
+                        "INSERT INTO tidewater_jobs (name, state_url, state, spec, spec_path, \
                  idempotency_key, created_ms, updated_ms) \
                  VALUES ($1, $2, $3, $4, $5, $6, {now}, {now}) RETURNING id",
-            ))
-            .bind(job.name.clone())
-            .bind(job.state_url.clone())
-            .bind(JobState::Queued.as_str())
-            .bind(job.spec.clone())
-            .bind(job.spec_path.clone())
-            .bind(job.idempotency_key.clone())
-            .fetch_one(&self.pool)
-            .await;
+                    ))
+                    .bind(job.name.clone())
+                    .bind(job.state_url.clone())
+                    .bind(JobState::Queued.as_str())
+                    .bind(job.spec.clone())
+                    .bind(job.spec_path.clone())
+                    .bind(job.idempotency_key.clone())
+                    .fetch_one(&self.pool)
+                })
+                .await;
             match inserted {
                 Ok(row) => {
                     let id: i64 = row.try_get(0).map_err(query_error("submitting a job"))?;
@@ -329,23 +373,26 @@ impl JobStore for SqlStore {
             transition(job.state, JobEvent::Start)
                 .map_err(|source| StoreError::Illegal { id, source })?;
             let epoch = job.epoch.max(min_epoch) + 1;
-            let taken = sqlx::query(self.sql(
-                "UPDATE tidewater_jobs SET state = $1, lease_host = $2, lease_pid = $3, \
+            let taken = self
+                .retrying(|| {
+                    sqlx::query(self.sql(
+                        "UPDATE tidewater_jobs SET state = $1, lease_host = $2, lease_pid = $3, \
                  lease_acquired_ms = {now}, lease_expires_ms = {now} + $4, epoch = $5, \
                  error_code = NULL, error_message = NULL, error_retryable = NULL, discard = 0, \
                  updated_ms = {now} WHERE id = $6 AND epoch = $7 AND state = $8",
-            ))
-            .bind(JobState::Running.as_str())
-            .bind(me.host.clone())
-            .bind(i64::from(me.pid))
-            .bind(ttl.as_millis() as i64)
-            .bind(epoch as i64)
-            .bind(id)
-            .bind(job.epoch as i64)
-            .bind(job.state.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(query_error("taking a lease"))?;
+                    ))
+                    .bind(JobState::Running.as_str())
+                    .bind(me.host.clone())
+                    .bind(i64::from(me.pid))
+                    .bind(ttl.as_millis() as i64)
+                    .bind(epoch as i64)
+                    .bind(id)
+                    .bind(job.epoch as i64)
+                    .bind(job.state.as_str())
+                    .execute(&self.pool)
+                })
+                .await
+                .map_err(query_error("taking a lease"))?;
             if taken.rows_affected() == 1 {
                 return self.get(id).await;
             }
@@ -361,31 +408,34 @@ impl JobStore for SqlStore {
         ttl: Duration,
         report: &Report,
     ) -> Result<Heartbeat, StoreError> {
-        let row = sqlx::query(self.sql(
-            "UPDATE tidewater_jobs SET lease_expires_ms = {now} + $1, rows_done = $2, \
+        let row = self
+            .retrying(|| {
+                sqlx::query(self.sql(
+                    "UPDATE tidewater_jobs SET lease_expires_ms = {now} + $1, rows_done = $2, \
              rows_total = $3, rows_per_second = $4, eta_seconds = $5, last_checkpoint = $6, \
              last_checkpoint_ms = $7, exposure_rows = $8, exposure_ms = $9, throttle = $10, \
              updated_ms = {now} \
              WHERE id = $11 AND epoch = $12 AND lease_host = $13 AND lease_pid = $14 \
              AND state IN ('RUNNING', 'CANCELLING') RETURNING state, discard",
-        ))
-        .bind(ttl.as_millis() as i64)
-        .bind(report.rows_done as i64)
-        .bind(report.rows_total.map(|v| v as i64))
-        .bind(report.rows_per_second)
-        .bind(report.eta_seconds)
-        .bind(report.last_checkpoint.map(|v| v as i64))
-        .bind(report.last_checkpoint_ms)
-        .bind(report.exposure_rows as i64)
-        .bind(report.exposure_ms as i64)
-        .bind(report.throttle.clone())
-        .bind(id)
-        .bind(epoch as i64)
-        .bind(me.host.clone())
-        .bind(i64::from(me.pid))
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(query_error("renewing a lease"))?;
+                ))
+                .bind(ttl.as_millis() as i64)
+                .bind(report.rows_done as i64)
+                .bind(report.rows_total.map(|v| v as i64))
+                .bind(report.rows_per_second)
+                .bind(report.eta_seconds)
+                .bind(report.last_checkpoint.map(|v| v as i64))
+                .bind(report.last_checkpoint_ms)
+                .bind(report.exposure_rows as i64)
+                .bind(report.exposure_ms as i64)
+                .bind(report.throttle.clone())
+                .bind(id)
+                .bind(epoch as i64)
+                .bind(me.host.clone())
+                .bind(i64::from(me.pid))
+                .fetch_optional(&self.pool)
+            })
+            .await
+            .map_err(query_error("renewing a lease"))?;
         let Some(row) = row else {
             let job = self.get(id).await?;
             return Ok(Heartbeat::Lost(lost_why(&job, epoch)));
@@ -418,30 +468,33 @@ impl JobStore for SqlStore {
         };
         let to =
             transition(job.state, event).map_err(|source| StoreError::Illegal { id, source })?;
-        let done = sqlx::query(self.sql(
-            "UPDATE tidewater_jobs SET state = $1, error_code = $2, error_message = $3, \
+        let done = self
+            .retrying(|| {
+                sqlx::query(self.sql(
+                    "UPDATE tidewater_jobs SET state = $1, error_code = $2, error_message = $3, \
              error_retryable = $4, rows_done = $5, rows_total = $6, last_checkpoint = $7, \
              last_checkpoint_ms = $8, exposure_rows = $9, exposure_ms = $10, \
              rows_per_second = NULL, eta_seconds = NULL, throttle = NULL, lease_host = NULL, \
              lease_pid = NULL, lease_acquired_ms = NULL, lease_expires_ms = NULL, \
              updated_ms = {now} WHERE id = $11 AND epoch = $12 AND state = $13",
-        ))
-        .bind(to.as_str())
-        .bind(error.as_ref().map(|e| e.code.clone()))
-        .bind(error.as_ref().map(|e| e.message.clone()))
-        .bind(error.as_ref().map(|e| i64::from(e.retryable)))
-        .bind(report.rows_done as i64)
-        .bind(report.rows_total.map(|v| v as i64))
-        .bind(report.last_checkpoint.map(|v| v as i64))
-        .bind(report.last_checkpoint_ms)
-        .bind(report.exposure_rows as i64)
-        .bind(report.exposure_ms as i64)
-        .bind(id)
-        .bind(epoch as i64)
-        .bind(job.state.as_str())
-        .execute(&self.pool)
-        .await
-        .map_err(query_error("recording how a job ended"))?;
+                ))
+                .bind(to.as_str())
+                .bind(error.as_ref().map(|e| e.code.clone()))
+                .bind(error.as_ref().map(|e| e.message.clone()))
+                .bind(error.as_ref().map(|e| i64::from(e.retryable)))
+                .bind(report.rows_done as i64)
+                .bind(report.rows_total.map(|v| v as i64))
+                .bind(report.last_checkpoint.map(|v| v as i64))
+                .bind(report.last_checkpoint_ms)
+                .bind(report.exposure_rows as i64)
+                .bind(report.exposure_ms as i64)
+                .bind(id)
+                .bind(epoch as i64)
+                .bind(job.state.as_str())
+                .execute(&self.pool)
+            })
+            .await
+            .map_err(query_error("recording how a job ended"))?;
         if done.rows_affected() == 1 {
             return self.get(id).await;
         }
@@ -468,12 +521,14 @@ impl JobStore for SqlStore {
                 },
             });
         }
-        sqlx::query("DELETE FROM tidewater_jobs WHERE id = $1 AND state = $2")
-            .bind(id)
-            .bind(job.state.as_str())
-            .execute(&self.pool)
-            .await
-            .map_err(query_error("forgetting a job"))?;
+        self.retrying(|| {
+            sqlx::query("DELETE FROM tidewater_jobs WHERE id = $1 AND state = $2")
+                .bind(id)
+                .bind(job.state.as_str())
+                .execute(&self.pool)
+        })
+        .await
+        .map_err(query_error("forgetting a job"))?;
         Ok(())
     }
 

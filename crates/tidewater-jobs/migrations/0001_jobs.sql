@@ -1,6 +1,7 @@
--- The job records of tidewater's shared store.
+-- The job records. `{id}` is each dialect's auto-numbered primary key.
+-- Applied migrations are checksummed: change the schema in a new file.
 CREATE TABLE IF NOT EXISTS tidewater_jobs (
-    id BIGSERIAL PRIMARY KEY,
+    id {id},
     name TEXT NOT NULL,
     state_url TEXT NOT NULL,
     state TEXT NOT NULL,
