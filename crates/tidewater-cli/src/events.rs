@@ -149,3 +149,20 @@ impl InternalEvent for JobForgotten<'_> {
         );
     }
 }
+
+/// How the run ended could not be written to the job store.
+#[derive(Debug)]
+pub struct JobEndNotRecorded<'a> {
+    /// Why.
+    pub error: &'a (dyn std::error::Error + 'a),
+}
+
+impl InternalEvent for JobEndNotRecorded<'_> {
+    fn emit(self) {
+        warn!(
+            "cannot record how the job ended in the job store: {}; `tidewater status` shows \
+             it RUNNING until its lease runs out, and the next run takes it over",
+            self.error
+        );
+    }
+}

@@ -109,6 +109,11 @@ pub fn eta(p: &ProgressSnapshot, rate: Option<f64>) -> String {
     if p.rows_read >= p.rows_total {
         return "finishing".to_string();
     }
+    eta_text(seconds)
+}
+
+/// `<1s`, `3s`, `2m 5s`: a time to go, never `0s`.
+pub fn eta_text(seconds: f64) -> String {
     if seconds < 1.0 {
         return "<1s".to_string();
     }

@@ -3,7 +3,7 @@
 //! runs a heartbeat renews the lease, reports progress and brings cancels
 //! from the store; when it ends, the record says how.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tidewater_core::events::InternalEvent;
@@ -13,7 +13,7 @@ use tidewater_jobs::{
     StoreError, Submitted,
 };
 
-use crate::events::{CancelSeen, LeaseLost, LeaseRenewFailed, LeaseTaken};
+use crate::events::{CancelSeen, JobEndNotRecorded, LeaseLost, LeaseRenewFailed, LeaseTaken};
 use crate::progress::{RecentRate, eta_seconds};
 use crate::runner::RunHooks;
 
@@ -134,7 +134,7 @@ impl Pending {
             ttl,
             clock,
             heartbeat: None,
-            ending: Arc::new(Mutex::new(None)),
+            ending: None,
         })
     }
 }
@@ -147,7 +147,7 @@ pub struct Supervised {
     ttl: Duration,
     clock: Arc<LeaseClock>,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
-    ending: Arc<Mutex<Option<(Ending, Report)>>>,
+    ending: Option<(Ending, Report)>,
 }
 
 /// How often the heartbeat renews the lease and reports: a quarter of the
@@ -173,20 +173,17 @@ impl Supervised {
         if let Some(heartbeat) = self.heartbeat.take() {
             heartbeat.abort();
         }
-        let ending = self.ending.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let Some((ending, report)) = ending else {
+        let Some((ending, report)) = self.ending.take() else {
             return;
         };
-        if self.clock.lost().is_some() && !matches!(ending, Ending::Succeeded) {
-            // A successor holds the job: its record is not ours to write.
-            return;
-        }
-        if let Err(e) = self
+        match self
             .store
             .finish(self.job.id, self.job.epoch, ending, &report)
             .await
         {
-            LeaseRenewFailed { error: &e }.emit();
+            // A successor holds the job: its record is not ours to write.
+            Ok(_) | Err(StoreError::Fenced { .. }) => {}
+            Err(e) => JobEndNotRecorded { error: &e }.emit(),
         }
     }
 }
@@ -235,7 +232,7 @@ impl RunHooks for Supervised {
             Ok(Outcome::Cancelled { .. }) => Ending::Cancelled,
             Err(e) => Ending::Failed(JobError::of(e)),
         };
-        *self.ending.lock().unwrap_or_else(|e| e.into_inner()) = Some((ending, report(last, None)));
+        self.ending = Some((ending, report(last, None)));
     }
 }
 

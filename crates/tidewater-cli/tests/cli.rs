@@ -138,14 +138,20 @@ fn run(spec: &Path, args: &[&str]) -> Output {
 }
 
 /// Runs `spec`, sends SIGINT (Ctrl-C) after `after`, and waits for the exit.
-fn interrupted_run(spec: &Path, after: Duration) -> Output {
-    let mut child = tidewater()
+/// Starts `tidewater run SPEC ARGS...` with its output captured.
+fn spawn_run(spec: &Path, args: &[&str]) -> std::process::Child {
+    tidewater()
         .arg("run")
         .arg(spec)
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn");
+        .expect("spawning tidewater run")
+}
+
+fn interrupted_run(spec: &Path, after: Duration) -> Output {
+    let mut child = spawn_run(spec, &[]);
     std::thread::sleep(after);
     signal(&child, "INT");
     wait_or_kill(&mut child, Duration::from_secs(60)).expect("exits after SIGINT");
@@ -1219,13 +1225,7 @@ fn a_second_run_is_refused_while_the_first_holds_the_lease_and_status_follows_th
                 "batch_rows = 4096\nrate_limit = 200_000",
             );
         let spec = folder.write("job.toml", &spec);
-        let mut first = tidewater()
-            .args(["run", "--progress", "off", "--store", store])
-            .arg(&spec)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut first = spawn_run(&spec, &["--progress", "off", "--store", store]);
         let running = wait_for_status(&name, store, "running with progress", |s| {
             s["state"] == "RUNNING" && s["progress"]["rows_done"].as_u64() > Some(0)
         });
@@ -1309,13 +1309,7 @@ fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() 
             "batch_rows = 4096\nrate_limit = 200_000",
         );
     let spec = folder.write("job.toml", &spec);
-    let mut child = tidewater()
-        .args(["run", "--progress", "off"])
-        .arg(&spec)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(&spec, &["--progress", "off"]);
     wait_for_status("cancel-me", &store, "past its first checkpoint", |s| {
         s["progress"]["last_checkpoint"].as_u64() > Some(0)
     });
@@ -1362,16 +1356,7 @@ fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() 
 fn paused_takeover_trial(name: &str, spec: &Path, rng: &mut Rng) -> Option<String> {
     let store = test_store();
     let args = ["--lease-ttl", "2s", "--progress", "off"];
-    let spawn = || {
-        tidewater()
-            .arg("run")
-            .args(args)
-            .arg(spec)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || spawn_run(spec, &args);
     let mut first = spawn();
     std::thread::sleep(Duration::from_millis(100 + rng.below(3000)));
     signal(&first, "STOP");

@@ -37,6 +37,6 @@ pub use runtime::{
 pub use sink::{CommitHandle, Sink, SinkWriter};
 pub use source::{Cursor, Source, Split, SplitReader};
 pub use sources::generator::{GeneratorSource, splitmix64};
-pub use store_url::{StoreLocation, local_file, open_location};
+pub use store_url::{StoreLocation, local_file, open_location, redact_url};
 pub use throttle::{RateLimit, Throttle};
 pub use transforms::aggregate::{AggregateExpr, AggregateFunction, AggregateSpec};

@@ -283,3 +283,23 @@ mod tests {
         assert!(!metadata_lookup_disabled(env(&[])));
     }
 }
+
+/// `url` without its password, for messages and logs:
+/// `postgres://user:***@host/db`.
+///
+/// ```
+/// assert_eq!(
+///     tidewater_core::redact_url("postgres://me:secret@db:5432/x"),
+///     "postgres://me:***@db:5432/x"
+/// );
+/// assert_eq!(tidewater_core::redact_url("sqlite:///tmp/j.sqlite"), "sqlite:///tmp/j.sqlite");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    match url.split_once('@') {
+        Some((head, tail)) => match head.rsplit_once(':') {
+            Some((user, _)) if user.contains("//") => format!("{user}:***@{tail}"),
+            _ => url.to_string(),
+        },
+        None => url.to_string(),
+    }
+}

@@ -248,16 +248,7 @@ impl PostgresSourceBuilder {
     }
 }
 
-/// The URL without its password, for messages.
-pub(crate) fn redact(url: &str) -> String {
-    match url.split_once('@') {
-        Some((head, tail)) => match head.rsplit_once(':') {
-            Some((user, _)) if user.contains("//") => format!("{user}:***@{tail}"),
-            _ => url.to_string(),
-        },
-        None => url.to_string(),
-    }
-}
+pub(crate) use tidewater_core::redact_url as redact;
 
 #[async_trait]
 impl Source for PostgresSource {

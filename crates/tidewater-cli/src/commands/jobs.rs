@@ -144,11 +144,7 @@ pub fn describe(job: &JobRecord) -> String {
         .rows_per_second
         .map_or_else(String::new, |r| format!(", {:.2}M rows/s", r / 1e6));
     let eta = match (job.state, p.eta_seconds) {
-        (JobState::Running, Some(s)) if s < 1.0 => ", ETA <1s".to_string(),
-        (JobState::Running, Some(s)) => format!(
-            ", ETA {}",
-            humantime::format_duration(Duration::from_secs(s.ceil() as u64))
-        ),
+        (JobState::Running, Some(s)) => format!(", ETA {}", crate::progress::eta_text(s)),
         (JobState::Running, None) => ", ETA unknown".to_string(),
         _ => String::new(),
     };

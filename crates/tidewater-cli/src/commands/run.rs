@@ -86,7 +86,7 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
         spec.job.checkpoint_interval = interval.0;
     }
     let parallelism = command.parallelism.unwrap_or(spec.job.parallelism);
-    let url = command.store.url();
+    let url = tidewater_core::redact_url(&command.store.url());
     let store = command.store.open().await?;
     let location = tidewater_core::open_location(&spec.job.state)
         .with_context(|| format!("opening the state store {}", spec.job.state))?;

@@ -62,25 +62,13 @@ fn query_error(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Query { what, source }
 }
 
-/// The URL without its password, for messages.
-fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            let user = credentials.split(':').next().unwrap_or("");
-            format!("{}{user}:***{}", &url[..scheme + 3], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
 impl SqlStore {
     /// Opens the store at `url` (`sqlite://PATH` or `postgres://...`),
     /// creating the SQLite file and the table as needed.
     pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
         sqlx::any::install_default_drivers();
         let failed = |detail: String| StoreError::Open {
-            url: redacted(url),
+            url: tidewater_core::redact_url(url),
             detail,
         };
         let (dialect, connect) = if let Some(path) = url.strip_prefix("sqlite://") {
@@ -175,23 +163,24 @@ impl SqlStore {
         AssertSqlSafe(text.replace("{now}", self.dialect.now_ms()))
     }
 
-    async fn one(
-        &self,
-        filter: &str,
-        what: &'static str,
-        bind: i64,
-    ) -> Result<Option<JobRecord>, StoreError> {
-        let text =
-            format!("SELECT {COLUMNS}, {{now}} AS now_ms FROM tidewater_jobs WHERE {filter}");
+    /// The job with this id and the store's clock, if there is one.
+    async fn by_id(&self, id: JobId) -> Result<Option<(JobRecord, i64)>, StoreError> {
+        let text = format!("SELECT {COLUMNS}, {{now}} AS now_ms FROM tidewater_jobs WHERE id = $1");
         let row = self
             .retrying(|| {
                 sqlx::query(self.sql(&text))
-                    .bind(bind)
+                    .bind(id)
                     .fetch_optional(&self.pool)
             })
             .await
-            .map_err(query_error(what))?;
-        row.map(|r| decode(&r)).transpose()
+            .map_err(query_error("reading a job"))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let now: i64 = row
+            .try_get("now_ms")
+            .map_err(query_error("reading the clock"))?;
+        Ok(Some((decode(&row)?, now)))
     }
 
     async fn by_text(
@@ -216,20 +205,9 @@ impl SqlStore {
 
     /// The job and the store's clock.
     async fn with_now(&self, id: JobId) -> Result<(JobRecord, i64), StoreError> {
-        let text = format!("SELECT {COLUMNS}, {{now}} AS now_ms FROM tidewater_jobs WHERE id = $1");
-        let row = self
-            .retrying(|| {
-                sqlx::query(self.sql(&text))
-                    .bind(id)
-                    .fetch_optional(&self.pool)
-            })
-            .await
-            .map_err(query_error("reading a job"))?
-            .ok_or_else(|| StoreError::NotFound(id.to_string()))?;
-        let now: i64 = row
-            .try_get("now_ms")
-            .map_err(query_error("reading the clock"))?;
-        Ok((decode(&row)?, now))
+        self.by_id(id)
+            .await?
+            .ok_or_else(|| StoreError::NotFound(id.to_string()))
     }
 
     /// Moves `job` by `event`, if nobody changed it meanwhile.
@@ -310,14 +288,12 @@ impl JobStore for SqlStore {
     }
 
     async fn get(&self, id: JobId) -> Result<JobRecord, StoreError> {
-        self.one("id = $1", "reading a job", id)
-            .await?
-            .ok_or_else(|| StoreError::NotFound(id.to_string()))
+        Ok(self.with_now(id).await?.0)
     }
 
     async fn find(&self, name_or_id: &str) -> Result<JobRecord, StoreError> {
         if let Ok(id) = name_or_id.parse::<JobId>()
-            && let Some(job) = self.one("id = $1", "reading a job", id).await?
+            && let Some((job, _)) = self.by_id(id).await?
         {
             return Ok(job);
         }
