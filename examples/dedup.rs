@@ -147,5 +147,8 @@ fn short(outcome: &Outcome) -> String {
             )
         }
         Outcome::AlreadyComplete { checkpoint } => format!("already complete at {checkpoint}"),
+        Outcome::Discarded { resumes_from, .. } => {
+            format!("stopped without a savepoint; resumes from {resumes_from:?}")
+        }
     }
 }

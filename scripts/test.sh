@@ -4,8 +4,8 @@
 #   bash scripts/test.sh
 #
 # Needs the Rust toolchain (cargo, rustfmt, clippy), a C compiler and Python 3
-# with pip; installs PostgreSQL and tmux from Debian's packages and moto (an S3
-# server) from PyPI when missing, and starts a throwaway primary, streaming replica
+# with pip; installs PostgreSQL and tmux from Debian's packages, and moto (an S3
+# server) and schemathesis (an API tester) from PyPI when missing, and starts a throwaway primary, streaming replica
 # and S3 server on loopback for the connector tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,6 +41,9 @@ export TIDEWATER_REQUIRE_TMUX=1
 
 step "tests (unit, doc, end-to-end crash tests, PostgreSQL, S3, a terminal)"
 cargo test --workspace --all-features
+
+step "the HTTP API against its OpenAPI document (schemathesis, 60 s)"
+bash scripts/api-check.sh 60
 
 step "examples that check themselves"
 cargo run --quiet --example dedup

@@ -10,7 +10,7 @@ use std::time::Duration;
 use arrow::array::{AsArray, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use async_trait::async_trait;
-use tidewater::checkpoint::StateStore;
+use tidewater::checkpoint::{CheckpointKind, StateStore};
 use tidewater::prelude::*;
 use tidewater::{
     CheckpointId, CommitHandle, Error, RateLimit, Sink, SinkWriter, StoreLocation, open_location,
@@ -31,6 +31,10 @@ struct MemoryState {
 }
 
 impl MemorySink {
+    fn staged(&self) -> usize {
+        self.state.lock().unwrap().staged.len()
+    }
+
     fn committed(&self) -> Vec<RecordBatch> {
         self.state
             .lock()
@@ -254,6 +258,51 @@ async fn unequal_parallelism_and_user_state_survive_cancel_and_resume() {
         .unwrap()
     {
         Outcome::Completed(summary) => assert_eq!(summary.restored_from, Some(savepoint)),
+        other => panic!("expected completion, got {other:?}"),
+    }
+    assert_numbering(&sink.committed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_discard_stops_without_a_savepoint_and_resumes_from_the_last_checkpoint() {
+    let location = open_location("memory://").unwrap();
+    let sink = MemorySink::default();
+    let handle = numbering_job(&sink).start(memory_config(&location, 10));
+    while handle.progress().checkpoints < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    handle.control().discard();
+    // A cancel after the discard does not turn it into a savepoint.
+    handle.cancel();
+    let resumes_from = match handle.join().await.unwrap() {
+        Outcome::Discarded {
+            resumes_from,
+            summary,
+        } => {
+            assert!(summary.progress.rows_read < ROWS, "discarded too late");
+            assert!(
+                summary
+                    .checkpoints
+                    .iter()
+                    .all(|c| c.kind == CheckpointKind::Periodic),
+                "a discard took a savepoint: {:?}",
+                summary.checkpoints
+            );
+            assert_eq!(
+                resumes_from.map(|c| c.0),
+                summary.checkpoints.last().map(|c| c.id)
+            );
+            resumes_from
+        }
+        other => panic!("expected a discard, got {other:?}"),
+    };
+    assert_eq!(sink.staged(), 0, "pre-committed work outlived the discard");
+    match numbering_job(&sink)
+        .run(memory_config(&location, 10))
+        .await
+        .unwrap()
+    {
+        Outcome::Completed(summary) => assert_eq!(summary.restored_from, resumes_from),
         other => panic!("expected completion, got {other:?}"),
     }
     assert_numbering(&sink.committed());

@@ -116,11 +116,21 @@ impl InternalEvent for LeaseLost<'_> {
 
 /// Someone cancelled the job through the job store.
 #[derive(Debug)]
-pub struct CancelSeen;
+pub struct CancelSeen {
+    /// `cancel --discard`: no savepoint.
+    pub discard: bool,
+}
 
 impl InternalEvent for CancelSeen {
     fn emit(self) {
-        info!("the job was cancelled in the job store: taking a savepoint, then stopping");
+        if self.discard {
+            info!(
+                "the job was cancelled in the job store with --discard: stopping now, \
+                 discarding what the last checkpoint does not hold"
+            );
+        } else {
+            info!("the job was cancelled in the job store: taking a savepoint, then stopping");
+        }
     }
 }
 
@@ -163,6 +173,107 @@ impl InternalEvent for JobEndNotRecorded<'_> {
             "cannot record how the job ended in the job store: {}; `tidewater status` shows \
              it RUNNING until its lease runs out, and the next run takes it over",
             self.error
+        );
+    }
+}
+
+/// Completed checkpoints could not be recorded in the job store (tried
+/// again at the next heartbeat: the checkpoints themselves are intact).
+#[derive(Debug)]
+pub struct CheckpointsNotRecorded<'a> {
+    /// Why.
+    pub error: &'a (dyn std::error::Error + 'a),
+}
+
+impl InternalEvent for CheckpointsNotRecorded<'_> {
+    fn emit(self) {
+        warn!(
+            "cannot record checkpoints in the job store: {}; retrying at the next heartbeat",
+            self.error
+        );
+    }
+}
+
+/// The heartbeat renewed the lease.
+#[derive(Debug)]
+pub struct LeaseRenewed {
+    /// The lease's epoch.
+    pub epoch: u64,
+}
+
+impl InternalEvent for LeaseRenewed {
+    fn emit(self) {
+        tracing::debug!(epoch = self.epoch, "lease renewed");
+        metrics::counter!("tidewater_lease_renewals_total").increment(1);
+    }
+}
+
+/// The HTTP API is listening.
+#[derive(Debug)]
+pub struct ApiListening {
+    /// Where.
+    pub addr: std::net::SocketAddr,
+    /// Whether changes need a token.
+    pub token: bool,
+}
+
+impl InternalEvent for ApiListening {
+    fn emit(self) {
+        info!(
+            token = self.token,
+            "HTTP API listening on http://{}/api/v1/jobs (metrics at /metrics)", self.addr
+        );
+    }
+}
+
+/// The HTTP API stopped serving on an error.
+#[derive(Debug)]
+pub struct ApiStopped<'a> {
+    /// Why.
+    pub error: &'a (dyn std::error::Error + 'a),
+}
+
+impl InternalEvent for ApiStopped<'_> {
+    fn emit(self) {
+        warn!("the HTTP API stopped: {}", self.error);
+    }
+}
+
+/// `serve --run` started a worker for a job.
+#[derive(Debug)]
+pub struct WorkerStarted {
+    /// The job.
+    pub job: i64,
+    /// The worker's pid.
+    pub pid: u32,
+}
+
+impl InternalEvent for WorkerStarted {
+    fn emit(self) {
+        info!(
+            job = self.job,
+            pid = self.pid,
+            "started a worker for job {}",
+            self.job
+        );
+        metrics::counter!("tidewater_workers_started_total").increment(1);
+    }
+}
+
+/// A worker of `serve --run` exited.
+#[derive(Debug)]
+pub struct WorkerExited<'a> {
+    /// The job.
+    pub job: i64,
+    /// How it exited.
+    pub status: &'a str,
+}
+
+impl InternalEvent for WorkerExited<'_> {
+    fn emit(self) {
+        info!(
+            job = self.job,
+            "the worker of job {} exited: {}", self.job, self.status
         );
     }
 }

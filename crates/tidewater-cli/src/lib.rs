@@ -13,6 +13,8 @@ pub mod build;
 #[cfg(feature = "specs")]
 pub mod commands;
 pub mod events;
+#[cfg(feature = "specs")]
+pub mod http;
 pub mod progress;
 pub mod runner;
 #[cfg(feature = "specs")]

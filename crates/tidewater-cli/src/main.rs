@@ -9,6 +9,8 @@
 //! tidewater status backfill
 //! tidewater cancel backfill
 //! tidewater resume backfill
+//! tidewater run backfill.toml --http 127.0.0.1:7373
+//! tidewater serve --http 127.0.0.1:7373 --run 2
 //! ```
 //!
 //! Exit codes: 0 complete (or already complete), 1 failed, 2 spec or usage
@@ -17,7 +19,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use tidewater_cli::commands::{checkpoints, jobs, run, validate};
+use tidewater_cli::commands::{checkpoints, jobs, run, serve, validate};
 use tidewater_cli::runner::main_with;
 
 #[global_allocator]
@@ -48,6 +50,8 @@ enum Command {
     Cancel(jobs::CancelCommand),
     /// Run a job again from its last checkpoint, with its stored spec.
     Resume(jobs::ResumeCommand),
+    /// Serve the HTTP API over a job store; with --run N, execute its queued jobs.
+    Serve(serve::ServeCommand),
 }
 
 fn main() -> ExitCode {
@@ -67,5 +71,6 @@ fn main() -> ExitCode {
         Command::Status(c) => main_with(jobs::status(c)),
         Command::Cancel(c) => main_with(jobs::cancel(c)),
         Command::Resume(c) => main_with(jobs::resume(c)),
+        Command::Serve(c) => main_with(serve::serve(c)),
     }
 }

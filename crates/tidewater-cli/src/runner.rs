@@ -232,6 +232,13 @@ pub fn summary_json(
                         "kind": format!("{:?}", c.kind).to_lowercase(),
                         "duration_s": c.duration.as_secs_f64(),
                         "state_bytes": c.state_bytes,
+                        "phases_ms": {
+                            "align": c.phases.align.as_secs_f64() * 1e3,
+                            "snapshot": c.phases.snapshot.as_secs_f64() * 1e3,
+                            "upload": c.phases.upload.as_secs_f64() * 1e3,
+                            "manifest": c.phases.manifest.as_secs_f64() * 1e3,
+                            "commit": c.phases.commit.as_secs_f64() * 1e3,
+                        },
                     })
                 })
                 .collect()
@@ -241,6 +248,7 @@ pub fn summary_json(
         "outcome": outcome,
         "rows_read_in_run": summary.map_or(rows, |s| s.progress.rows_read - s.rows_restored),
         "rows_restored": summary.map_or(0, |s| s.rows_restored),
+        "rows_written_in_run": summary.map_or(0, |s| s.progress.rows_written),
         "elapsed_s": elapsed.as_secs_f64(),
         "first_batch_s": summary.and_then(|s| s.progress.first_batch_after).map(|d| d.as_secs_f64()),
         "peak_rss_bytes": peak_rss_bytes(),
@@ -379,6 +387,7 @@ pub async fn run_job_with(
         let (name, summary) = match &outcome {
             Outcome::Completed(s) => ("completed", Some(s)),
             Outcome::Cancelled { summary, .. } => ("cancelled", Some(summary)),
+            Outcome::Discarded { summary, .. } => ("discarded", Some(summary)),
             Outcome::AlreadyComplete { .. } => ("already_complete", None),
         };
         write_json(path, &summary_json(name, summary, started.elapsed(), 0))?;
@@ -412,6 +421,14 @@ pub async fn run_job_with(
             eprintln!(
                 "cancelled at savepoint {savepoint} after {} rows; run the same command to resume",
                 summary.progress.rows_read
+            );
+            Ok(ExitCode::from(3))
+        }
+        Outcome::Discarded { resumes_from, .. } => {
+            eprintln!(
+                "cancelled without a savepoint: the work since {} was discarded; run the same \
+                 command to resume from there",
+                resumes_from.map_or_else(|| "the start".to_string(), |c| format!("checkpoint {c}"))
             );
             Ok(ExitCode::from(3))
         }

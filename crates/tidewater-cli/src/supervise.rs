@@ -4,16 +4,20 @@
 //! from the store; when it ends, the record says how.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tidewater_core::events::InternalEvent;
 use tidewater_core::{JobControl, Outcome, ProgressSnapshot};
 use tidewater_jobs::{
-    Ending, Heartbeat, JobError, JobRecord, JobStore, LeaseClock, NewJob, Owner, Report,
-    StoreError, Submitted,
+    CheckpointRecord, Ending, Heartbeat, JobError, JobRecord, JobStore, LeaseClock, NewJob, Owner,
+    Report, StoreError, Submitted,
 };
 
-use crate::events::{CancelSeen, JobEndNotRecorded, LeaseLost, LeaseRenewFailed, LeaseTaken};
+use crate::events::{
+    CancelSeen, CheckpointsNotRecorded, JobEndNotRecorded, LeaseLost, LeaseRenewFailed,
+    LeaseRenewed, LeaseTaken,
+};
 use crate::progress::{RecentRate, eta_seconds};
 use crate::runner::RunHooks;
 
@@ -135,6 +139,8 @@ impl Pending {
             clock,
             heartbeat: None,
             ending: None,
+            control: None,
+            recorded: Arc::new(AtomicU64::new(0)),
         })
     }
 }
@@ -148,6 +154,28 @@ pub struct Supervised {
     clock: Arc<LeaseClock>,
     heartbeat: Option<tokio::task::JoinHandle<()>>,
     ending: Option<(Ending, Report)>,
+    control: Option<JobControl>,
+    /// The newest checkpoint recorded in the store.
+    recorded: Arc<AtomicU64>,
+}
+
+/// Records the checkpoints the run completed since the last recorded one.
+async fn record_checkpoints(
+    store: &dyn JobStore,
+    control: &JobControl,
+    id: tidewater_jobs::JobId,
+    epoch: u64,
+    recorded: &AtomicU64,
+) {
+    let new = control.checkpoints_after(recorded.load(Ordering::Relaxed));
+    let Some(last) = new.last().map(|c| c.id) else {
+        return;
+    };
+    let records: Vec<_> = new.iter().map(|c| CheckpointRecord::of(c, epoch)).collect();
+    match store.record_checkpoints(id, epoch, &records).await {
+        Ok(()) => recorded.store(last, Ordering::Relaxed),
+        Err(e) => CheckpointsNotRecorded { error: &e }.emit(),
+    }
 }
 
 /// How often the heartbeat renews the lease and reports: a quarter of the
@@ -176,6 +204,10 @@ impl Supervised {
         let Some((ending, report)) = self.ending.take() else {
             return;
         };
+        if let Some(control) = &self.control {
+            let (id, epoch) = (self.job.id, self.job.epoch);
+            record_checkpoints(&*self.store, control, id, epoch, &self.recorded).await;
+        }
         match self
             .store
             .finish(self.job.id, self.job.epoch, ending, &report)
@@ -190,8 +222,10 @@ impl Supervised {
 
 impl RunHooks for Supervised {
     fn started(&mut self, control: &JobControl) {
+        self.control = Some(control.clone());
         let (store, control, clock) = (self.store.clone(), control.clone(), self.clock.clone());
         let (id, epoch, me, ttl) = (self.job.id, self.job.epoch, self.me.clone(), self.ttl);
+        let recorded = self.recorded.clone();
         self.heartbeat = Some(tokio::spawn(async move {
             let mut rate = RecentRate::default();
             let mut cancelled = false;
@@ -206,10 +240,18 @@ impl RunHooks for Supervised {
                 match store.heartbeat(id, epoch, &me, ttl, &report).await {
                     Ok(Heartbeat::Renewed { cancel }) => {
                         clock.renewed(sent);
-                        if cancel.is_some() && !cancelled {
+                        LeaseRenewed { epoch }.emit();
+                        record_checkpoints(&*store, &control, id, epoch, &recorded).await;
+                        if let Some(discard) = cancel
+                            && !cancelled
+                        {
                             cancelled = true;
-                            CancelSeen.emit();
-                            control.cancel();
+                            CancelSeen { discard }.emit();
+                            if discard {
+                                control.discard();
+                            } else {
+                                control.cancel();
+                            }
                         }
                     }
                     Ok(Heartbeat::Lost(why)) => {
@@ -229,7 +271,7 @@ impl RunHooks for Supervised {
     fn ended(&mut self, outcome: &tidewater_core::Result<Outcome>, last: &ProgressSnapshot) {
         let ending = match outcome {
             Ok(Outcome::Completed(_)) | Ok(Outcome::AlreadyComplete { .. }) => Ending::Succeeded,
-            Ok(Outcome::Cancelled { .. }) => Ending::Cancelled,
+            Ok(Outcome::Cancelled { .. } | Outcome::Discarded { .. }) => Ending::Cancelled,
             Err(e) => Ending::Failed(JobError::of(e)),
         };
         self.ending = Some((ending, report(last, None)));

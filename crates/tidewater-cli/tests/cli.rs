@@ -5,161 +5,25 @@
 
 #[path = "../../../tests/common/mod.rs"]
 mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{
     Rng, assert_aggregate_output, assert_copy_output, kill_randomly_until_complete, s3_prefix,
     signal, text, wait_or_kill, walk,
 };
-
-/// The job store these tests' runs share: one SQLite file per test binary
-/// run (jobs are told apart by their state folders, each test's own).
-fn test_store() -> String {
-    let path =
-        std::env::temp_dir().join(format!("tidewater-cli-tests-{}.sqlite", std::process::id()));
-    format!("sqlite://{}", path.display())
-}
-
-fn tidewater() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tidewater"));
-    command
-        .env("RUST_LOG", "info")
-        .env("NO_COLOR", "1")
-        .env("TIDEWATER_STORE", test_store())
-        .stdin(Stdio::null());
-    command
-}
-
-/// The copy job of the backfill example, as a spec.
-fn copy_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
-    spec_with(
-        "copy",
-        rows,
-        keys,
-        state,
-        out,
-        r#"[transforms.keep]
-inputs = ["gen"]
-type = "sql"
-filter = "id % 3 <> 0"
-columns = { w = "v * 2.0" }"#,
-        "keep",
-    )
-}
-
-/// The aggregate job of the backfill example, as a spec.
-fn aggregate_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
-    spec_with(
-        "aggregate",
-        rows,
-        keys,
-        state,
-        out,
-        r#"[transforms.per_key]
-inputs = ["gen"]
-type = "aggregate"
-key_by = ["k"]
-aggregates = { count = "count(*)", sum_v = "sum(v)", max_id = "max(id)" }"#,
-        "per_key",
-    )
-}
-
-/// A generator, `transform` (a table read by `last`), a Parquet sink.
-fn spec_with(
-    name: &str,
-    rows: u64,
-    keys: u64,
-    state: &str,
-    out: &str,
-    transform: &str,
-    last: &str,
-) -> String {
-    format!(
-        r#"
-[job]
-name = "{name}"
-state = "{state}"
-checkpoint_interval = "50ms"
-parallelism = 2
-
-[sources.gen]
-type = "generator"
-rows = {rows}
-keys = {keys}
-batch_rows = 4096
-
-{transform}
-
-[sinks.out]
-inputs = ["{last}"]
-type = "parquet"
-path = "{out}"
-"#
-    )
-}
-
-struct Folder {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-}
-
-impl Folder {
-    fn new() -> Self {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let root = dir.path().to_path_buf();
-        Folder { _dir: dir, root }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.root.join(name)
-    }
-
-    fn s(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-
-    fn write(&self, name: &str, text: &str) -> PathBuf {
-        let path = self.path(name);
-        std::fs::write(&path, text).expect("writing the spec");
-        path
-    }
-}
-
-fn run(spec: &Path, args: &[&str]) -> Output {
-    tidewater()
-        .arg("run")
-        .arg(spec)
-        .args(args)
-        .output()
-        .expect("running tidewater")
-}
+use support::*;
 
 /// Runs `spec`, sends SIGINT (Ctrl-C) after `after`, and waits for the exit.
-/// Starts `tidewater run SPEC ARGS...` with its output captured.
-fn spawn_run(spec: &Path, args: &[&str]) -> std::process::Child {
-    tidewater()
-        .arg("run")
-        .arg(spec)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning tidewater run")
-}
-
 fn interrupted_run(spec: &Path, after: Duration) -> Output {
     let mut child = spawn_run(spec, &[]);
     std::thread::sleep(after);
     signal(&child, "INT");
     wait_or_kill(&mut child, Duration::from_secs(60)).expect("exits after SIGINT");
     child.wait_with_output().expect("output")
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// Runs specs that `write` puts in fresh folders, each killed with SIGKILL
@@ -1159,58 +1023,6 @@ fn on_a_terminal_the_bar_shows_the_progress_and_logs_never_tear_it() {
     );
 }
 
-/// `tidewater status JOB --json`, parsed; `None` while the store has no
-/// such job yet.
-fn status_of(job: &str, store: &str) -> Option<serde_json::Value> {
-    let output = tidewater()
-        .args(["status", job, "--json", "--store", store])
-        .output()
-        .unwrap();
-    if stderr(&output).contains("no job '") {
-        return None;
-    }
-    assert!(output.status.success(), "{}", text(&output));
-    Some(
-        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output))),
-    )
-}
-
-/// Waits until `check` holds of the job's status.
-fn wait_for_status(
-    job: &str,
-    store: &str,
-    what: &str,
-    check: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = status_of(job, store);
-        if let Some(status) = status.as_ref().filter(|s| check(s)) {
-            return status.clone();
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never {what}: {status:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// The status of a job that exists.
-fn status(job: &str, store: &str) -> serde_json::Value {
-    status_of(job, store).unwrap_or_else(|| panic!("no job '{job}' in {store}"))
-}
-
-/// The job stores to test: this binary's SQLite file, and a fresh
-/// PostgreSQL database when the test servers run.
-fn job_stores(name: &str) -> Vec<String> {
-    let mut stores = vec![test_store()];
-    if let Some(db) = common::Db::fresh(name) {
-        stores.push(db.url);
-    }
-    stores
-}
-
 #[test]
 fn a_second_run_is_refused_while_the_first_holds_the_lease_and_status_follows_the_job() {
     for (i, store) in job_stores("tw_cli_lease").iter().enumerate() {
@@ -1344,6 +1156,59 @@ fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() 
     );
     assert_copy_output(&folder.path("out"), 1_000_000, 100);
     assert_eq!(status("cancel-me", &store)["state"], "SUCCEEDED");
+}
+
+#[test]
+fn cancel_with_discard_stops_without_a_savepoint_and_resume_continues_from_the_last_checkpoint() {
+    let store = test_store();
+    let folder = Folder::new();
+    let spec = copy_spec(1_000_000, 100, &folder.s("state"), &folder.s("out"))
+        .replace("name = \"copy\"", "name = \"discard-me\"")
+        .replace(
+            "batch_rows = 4096",
+            "batch_rows = 4096\nrate_limit = 200_000",
+        );
+    let spec = folder.write("job.toml", &spec);
+    let summary = folder.s("summary.json");
+    let mut child = spawn_run(&spec, &["--progress", "off", "--summary-json", &summary]);
+    wait_for_status("discard-me", &store, "past its first checkpoint", |s| {
+        s["progress"]["last_checkpoint"].as_u64() > Some(0)
+    });
+    let cancel = tidewater()
+        .args(["cancel", "discard-me", "--discard"])
+        .output()
+        .unwrap();
+    assert!(cancel.status.success(), "{}", text(&cancel));
+    assert!(
+        String::from_utf8_lossy(&cancel.stdout).contains("without a savepoint"),
+        "{}",
+        text(&cancel)
+    );
+    wait_or_kill(&mut child, Duration::from_secs(60)).expect("the run stops");
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", text(&output));
+    assert!(
+        stderr(&output).contains("cancelled without a savepoint"),
+        "{}",
+        text(&output)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(folder.path("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["outcome"], "discarded", "{summary}");
+    let kinds: Vec<&str> = summary["checkpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.iter().all(|k| *k == "periodic"), "{kinds:?}");
+    assert_eq!(status("discard-me", &store)["state"], "CANCELLED");
+    let resumed = tidewater()
+        .args(["resume", "discard-me", "--progress", "off"])
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert_copy_output(&folder.path("out"), 1_000_000, 100);
 }
 
 /// One fencing trial: a run of `spec` (job `name`) is stopped with SIGSTOP
@@ -1511,4 +1376,105 @@ fn a_succeeded_job_whose_state_was_emptied_runs_anew() {
     assert!(anew.status.success(), "{}", text(&anew));
     assert!(stderr(&anew).contains("running it anew"), "{}", text(&anew));
     assert_copy_output(&folder.path("out"), 10_000, 10);
+}
+
+/// A postgres→postgres exactly-once job of the `events` table at `url`
+/// into `dst`, held to 40k rows/s: about five seconds for 200k rows.
+fn pg_trial_spec(name: &str, state: &str, url: &str, dst: &str) -> String {
+    format!(
+        r#"
+[job]
+name = "{name}"
+state = "{state}"
+checkpoint_interval = "200ms"
+parallelism = 2
+
+[sources.events]
+type = "postgres"
+url = "{url}"
+table = "events"
+split_column = "id"
+columns = ["id", "k", "v", "s"]
+splits = 8
+batch_rows = 5000
+rate_limit = 40_000
+
+[transforms.v2]
+inputs = ["events"]
+type = "sql"
+columns = {{ v = "v * 100" }}
+
+[sinks.out]
+inputs = ["v2"]
+type = "postgres"
+url = "{url}"
+table = "{dst}"
+mode = "exactly-once"
+create = "CREATE TABLE IF NOT EXISTS {dst} (id bigint, k bigint, v double precision, s text)"
+"#
+    )
+}
+
+#[test]
+fn paused_postgres_to_postgres_workers_are_fenced_and_the_table_is_exact() {
+    let (Some(data), Some(jobs)) = (
+        common::Db::fresh("tw_cli_fencing_pg_data"),
+        common::Db::fresh("tw_cli_fencing_pg"),
+    ) else {
+        return;
+    };
+    const ROWS: u64 = 200_000;
+    common::sql(
+        &data.url,
+        &format!(
+            "CREATE TABLE events (id bigint PRIMARY KEY, k bigint, v double precision, s text);
+             INSERT INTO events SELECT i, i % 100, (i % 1000) / 4.0, md5(i::text)
+               FROM generate_series(1, {ROWS}) i;
+             ANALYZE events"
+        ),
+    );
+    const TRIALS: usize = 20;
+    const LANES: usize = 4;
+    let seed = Rng::from_time().below(u64::MAX);
+    std::thread::scope(|scope| {
+        for lane in 0..LANES {
+            let (data, store) = (&data.url, jobs.url.as_str());
+            scope.spawn(move || {
+                let mut rng = Rng::from_seed(seed.wrapping_add(lane as u64));
+                let mut trial = lane;
+                while trial < TRIALS {
+                    let folder = Folder::new();
+                    let dst = format!("dst_{trial}_{}", rng.below(1 << 30));
+                    let name = format!("paused-pg-{dst}");
+                    let spec = pg_trial_spec(&name, &folder.s("state"), data, &dst);
+                    let spec = folder.write("job.toml", &spec);
+                    let Some(said) = paused_takeover_trial(&name, &spec, store, &mut rng) else {
+                        common::sql(data, &format!("DROP TABLE IF EXISTS {dst}"));
+                        continue;
+                    };
+                    eprintln!("{name}: the woken run stopped: {}", said.lines().last().unwrap_or(""));
+                    // Every row once (no key on dst: a duplicate would show), each rewritten.
+                    assert_eq!(
+                        common::one(
+                            data,
+                            &format!(
+                                "SELECT count(*), count(DISTINCT n.id), bool_and(n.v = 100 * o.v AND n.s = o.s)
+                                   FROM {dst} n JOIN events o USING (id)"
+                            )
+                        ),
+                        format!("{ROWS}|{ROWS}|t"),
+                        "{name}"
+                    );
+                    assert_eq!(common::one(data, &format!("SELECT count(*) FROM {dst}")), ROWS.to_string());
+                    assert_eq!(
+                        common::one(data, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()"),
+                        "0",
+                        "{name}: a prepared transaction outlived the trial"
+                    );
+                    assert_eq!(status(&name, store)["state"], "SUCCEEDED");
+                    trial += LANES;
+                }
+            });
+        }
+    });
 }

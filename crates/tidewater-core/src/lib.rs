@@ -31,8 +31,8 @@ pub use operator::{Collector, Operator, OperatorFactory, TaskContext};
 pub use pipeline::{KeyedStream, Partitioning, Pipeline, SinkRef, Stream};
 pub use rows::row_json;
 pub use runtime::{
-    CheckpointStats, Job, JobConfig, JobControl, JobHandle, Lease, Outcome, Progress,
-    ProgressSnapshot, Summary,
+    CheckpointPhases, CheckpointStats, Job, JobConfig, JobControl, JobHandle, Lease, Outcome,
+    Progress, ProgressSnapshot, Summary,
 };
 pub use sink::{CommitHandle, Sink, SinkWriter};
 pub use source::{Cursor, Source, Split, SplitReader};

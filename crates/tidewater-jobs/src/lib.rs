@@ -35,6 +35,8 @@ mod state;
 mod store;
 
 pub use lease::{LeaseClock, Owner};
-pub use record::{Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Submitted};
+pub use record::{
+    CheckpointRecord, Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Submitted,
+};
 pub use state::{IllegalTransition, JobEvent, JobState, transition};
 pub use store::{JobStore, SqlStore, StoreError, default_url, open};

@@ -160,3 +160,50 @@ pub enum Heartbeat {
     /// The lease is not this worker's any more.
     Lost(String),
 }
+
+/// One completed checkpoint of a job, as its worker reported it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointRecord {
+    /// The checkpoint's id.
+    pub id: u64,
+    /// The epoch of the run that took it.
+    pub epoch: u64,
+    /// `periodic`, `savepoint` or `final`.
+    pub kind: String,
+    /// When it was triggered (the worker's clock, ms since the Unix epoch).
+    pub triggered_ms: i64,
+    /// From the trigger to the manifest written: when it existed.
+    pub duration_ms: u64,
+    /// Bytes of state written.
+    pub bytes: u64,
+    /// Until the last task had its barrier.
+    pub align_ms: u64,
+    /// The slowest task's snapshot (state and sink pre-commit).
+    pub snapshot_ms: u64,
+    /// The slowest task's encoding and upload.
+    pub upload_ms: u64,
+    /// Writing the manifest.
+    pub manifest_ms: u64,
+    /// Committing the sinks, after the manifest.
+    pub commit_ms: u64,
+}
+
+impl CheckpointRecord {
+    /// The record of `stats`, taken by the run of `epoch`.
+    pub fn of(stats: &tidewater_core::CheckpointStats, epoch: u64) -> CheckpointRecord {
+        let ms = |d: std::time::Duration| d.as_millis() as u64;
+        CheckpointRecord {
+            id: stats.id,
+            epoch,
+            kind: format!("{:?}", stats.kind).to_lowercase(),
+            triggered_ms: stats.triggered_at_ms as i64,
+            duration_ms: ms(stats.duration),
+            bytes: stats.state_bytes,
+            align_ms: ms(stats.phases.align),
+            snapshot_ms: ms(stats.phases.snapshot),
+            upload_ms: ms(stats.phases.upload),
+            manifest_ms: ms(stats.phases.manifest),
+            commit_ms: ms(stats.phases.commit),
+        }
+    }
+}

@@ -256,3 +256,38 @@ async fn a_cancel_reaches_the_worker_and_ends_the_job_cancelled() {
         );
     }
 }
+
+#[tokio::test]
+async fn reports_without_a_rate_and_then_with_one_are_all_recorded() {
+    // The first heartbeats of a run have no rate yet; every later one has.
+    // (sqlx 0.9's Any driver sends a NULL f64 to PostgreSQL typed as
+    // float4, and a statement prepared so then refused every float8.)
+    for (backend, store, _dir) in stores("tw_jobs_rates").await {
+        let id = store.submit(new_job("rates", None)).await.unwrap().job().id;
+        let job = store
+            .take_lease(id, &other(1), TTL, 0, false)
+            .await
+            .unwrap();
+        for beat in 0..24u32 {
+            let rate = (beat >= 12).then_some(1000.0 + f64::from(beat));
+            let report = Report {
+                rows_done: u64::from(beat),
+                rows_per_second: rate,
+                eta_seconds: rate.map(|r| r / 100.0),
+                ..Report::default()
+            };
+            let renewed = store
+                .heartbeat(id, job.epoch, &other(1), TTL, &report)
+                .await;
+            assert!(
+                matches!(renewed, Ok(Heartbeat::Renewed { .. })),
+                "{backend}: heartbeat {beat}: {renewed:?}"
+            );
+            let progress = store.get(id).await.unwrap().progress;
+            assert_eq!(
+                (progress.rows_done, progress.rows_per_second),
+                (u64::from(beat), rate)
+            );
+        }
+    }
+}

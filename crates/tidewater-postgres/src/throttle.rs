@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use tidewater_core::events::{InternalEvent, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
+use tidewater_core::events::{
+    InternalEvent, ReplicaLagRead, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed,
+};
 use tidewater_core::{Error, Result, Throttle};
 use tokio::sync::{Notify, OnceCell};
 
@@ -159,6 +161,7 @@ impl ReplicaLagThrottle {
         let inner = &self.inner;
         let (high, low) = (inner.high.as_secs_f64(), inner.low.as_secs_f64());
         inner.last_lag.store(lag.to_bits(), Ordering::Release);
+        ReplicaLagRead { seconds: lag }.emit();
         let was = inner.paused.load(Ordering::Acquire);
         let now = next_paused(was, lag, high, low);
         if now != was {

@@ -45,6 +45,11 @@ pub struct StatusCommand {
 pub struct CancelCommand {
     /// The job's id, or its name.
     pub job: String,
+    /// Take no savepoint: the worker stops at once and aborts the work its
+    /// last completed checkpoint does not hold; resuming continues from
+    /// that checkpoint.
+    #[arg(long)]
+    pub discard: bool,
     /// The job store.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -98,8 +103,13 @@ pub async fn status(command: StatusCommand) -> anyhow::Result<ExitCode> {
 pub async fn cancel(command: CancelCommand) -> anyhow::Result<ExitCode> {
     let store = command.store.open().await?;
     let job = store.find(&command.job).await?;
-    let job = store.cancel(job.id, false).await?;
+    let job = store.cancel(job.id, command.discard).await?;
     match job.state {
+        JobState::Cancelling if command.discard => println!(
+            "job {} ('{}') is CANCELLING: its worker stops at its next heartbeat (within a few \
+             seconds) without a savepoint; `tidewater resume {}` continues from its last checkpoint",
+            job.id, job.name, job.id
+        ),
         JobState::Cancelling => println!(
             "job {} ('{}') is CANCELLING: its worker takes a savepoint at its next heartbeat \
              (within a few seconds) and stops; `tidewater resume {}` continues it",
@@ -207,6 +217,9 @@ pub struct ResumeCommand {
     /// The job store.
     #[command(flatten)]
     pub store: StoreArgs,
+    /// The HTTP API, as for `run`.
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
 }
 
 /// `tidewater resume JOB`.
@@ -245,6 +258,8 @@ pub async fn resume(command: ResumeCommand) -> anyhow::Result<ExitCode> {
         idempotency_key: None,
         lease_ttl: command.lease_ttl,
         steal: command.steal,
+        http: command.http.clone(),
+        http_linger: Duration::ZERO,
     };
     let code = super::run::run(run).await;
     let _ = std::fs::remove_dir_all(&dir);

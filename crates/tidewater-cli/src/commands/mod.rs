@@ -3,6 +3,7 @@
 pub mod checkpoints;
 pub mod jobs;
 pub mod run;
+pub mod serve;
 pub mod validate;
 
 use std::path::Path;
@@ -26,18 +27,21 @@ pub fn load_spec(path: &Path) -> Result<Spec, ExitCode> {
             return Err(ExitCode::from(USAGE));
         }
     };
-    let (spec, mut diags) = Spec::read(&path.display().to_string(), &text, &|name| {
-        std::env::var(name).ok()
-    });
+    read_spec(&path.display().to_string(), &text).map_err(|d| report(&d))
+}
+
+/// Reads the spec text of `file` against the process environment, with
+/// every problem found (also those of the expressions of what could be read,
+/// so that one attempt reports everything).
+pub fn read_spec(file: &str, text: &str) -> Result<Spec, Diagnostics> {
+    let (spec, mut diags) = Spec::read(file, text, &|name| std::env::var(name).ok());
     if diags.is_empty() {
         return Ok(spec);
     }
-    // The expressions of what could be read are checked too, so that one
-    // run reports everything.
     if let Err(more) = crate::build::check::check(&spec, &crate::build::offline_schemas(&spec)) {
         diags.items.extend(more.items);
     }
-    Err(report(&diags))
+    Err(diags)
 }
 
 /// Prints the problems; the exit code for them.

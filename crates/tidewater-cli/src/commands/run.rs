@@ -61,6 +61,13 @@ pub struct RunCommand {
     /// fenced and commits nothing more.
     #[arg(long)]
     pub steal: bool,
+    /// The HTTP API of this run's job store and this process's metrics.
+    #[command(flatten)]
+    pub http: crate::http::HttpArgs,
+    /// Keep serving --http this long after the job ends, so that a last
+    /// scrape sees the final metrics.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub http_linger: Duration,
 }
 
 pub(crate) fn parse_ttl(text: &str) -> Result<Duration, String> {
@@ -79,6 +86,10 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     runner::init_logging_for(command.progress);
+    if let Err(why) = command.http.check() {
+        eprintln!("error: {why}");
+        return Ok(ExitCode::from(super::USAGE));
+    }
     if let Some(state) = &command.state {
         spec.job.state = state.clone();
     }
@@ -88,6 +99,12 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
     let parallelism = command.parallelism.unwrap_or(spec.job.parallelism);
     let url = tidewater_core::redact_url(&command.store.url());
     let store = command.store.open().await?;
+    let server = match command.http.addr {
+        Some(addr) => {
+            Some(crate::http::start(addr, command.http.token.as_deref(), store.clone()).await?)
+        }
+        None => None,
+    };
     let location = tidewater_core::open_location(&spec.job.state)
         .with_context(|| format!("opening the state store {}", spec.job.state))?;
     let min_epoch = StateStore::new(&location, &spec.job.name)
@@ -168,12 +185,36 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
     };
     let code = runner::run_job_with(job, config, &reporting, &mut supervised).await;
     supervised.finish().await;
+    if let Some(server) = server {
+        linger(command.http_linger).await;
+        server.stop();
+    }
     code
+}
+
+/// Waits `time`, or until SIGINT or SIGTERM: the run's own signal
+/// handlers replaced the default ones, which would have ended the process.
+async fn linger(time: Duration) {
+    use tokio::signal::unix::{SignalKind, signal};
+    if time.is_zero() {
+        return;
+    }
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::select! {
+        _ = tokio::time::sleep(time) => {}
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
 }
 
 /// The state location as the job store names it: a local folder by its
 /// absolute path, so that runs from different folders agree.
-fn identity(state: &str) -> String {
+pub(crate) fn identity(state: &str) -> String {
     if state.contains("://") && !state.starts_with("file://") {
         return state.to_string();
     }

@@ -35,8 +35,10 @@ pub struct CheckpointCompleted<'a> {
     pub checkpoint: u64,
     /// Why it was taken.
     pub kind: CheckpointKind,
-    /// From the barriers to the last commit.
+    /// From the trigger to the manifest written (the checkpoint exists).
     pub duration: Duration,
+    /// Where the time went, the commit after the manifest included.
+    pub phases: crate::CheckpointPhases,
     /// Bytes of state written.
     pub state_bytes: u64,
     /// Commit handles committed.
@@ -64,6 +66,17 @@ impl InternalEvent for CheckpointCompleted<'_> {
             .record(self.duration.as_secs_f64());
         histogram!("tidewater_checkpoint_state_bytes", "job" => self.job.to_string())
             .record(self.state_bytes as f64);
+        let p = self.phases;
+        for (phase, took) in [
+            ("align", p.align),
+            ("snapshot", p.snapshot),
+            ("upload", p.upload),
+            ("manifest", p.manifest),
+            ("commit", p.commit),
+        ] {
+            histogram!("tidewater_checkpoint_phase_seconds", "job" => self.job.to_string(), "phase" => phase)
+                .record(took.as_secs_f64());
+        }
     }
 }
 

@@ -106,6 +106,13 @@ pub enum JobCompleted<'a> {
         /// The savepoint.
         savepoint: u64,
     },
+    /// Stopped without a savepoint; a later run resumes from the last checkpoint.
+    Discarded {
+        /// The job.
+        job: &'a str,
+        /// The checkpoint a later run resumes from (`None`: the start).
+        resumes_from: Option<u64>,
+    },
 }
 
 impl InternalEvent for JobCompleted<'_> {
@@ -122,6 +129,13 @@ impl InternalEvent for JobCompleted<'_> {
             JobCompleted::Cancelled { job, savepoint } => {
                 info!(job, savepoint, "job cancelled at a savepoint");
                 (job, "cancelled")
+            }
+            JobCompleted::Discarded { job, resumes_from } => {
+                info!(
+                    job,
+                    resumes_from, "job stopped without a savepoint; uncommitted work discarded"
+                );
+                (job, "discarded")
             }
         };
         counter!("tidewater_runs_ended_total", "job" => job.to_string(), "outcome" => outcome)

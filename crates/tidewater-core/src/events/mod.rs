@@ -23,7 +23,7 @@ pub use checkpoint::{
 };
 pub use connection::ConnectionRetried;
 pub use job::{JobCompleted, JobFenced, JobRestarting, JobStarting};
-pub use operator::PreAggregationPassesRowsOn;
+pub use operator::{OperatorMeter, PreAggregationPassesRowsOn};
 pub use restore::{
     CheckpointFallback, CheckpointRestored, RestoreChange, SourceStartsOver, StartedFresh,
 };
@@ -33,7 +33,7 @@ pub use storage::{
     InputDeadLettered, LeftoverDeleted, PreparedCommitted, PreparedRolledBack, SourcePlanned,
     StoreWithoutConditionalWrites,
 };
-pub use throttle::{ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
+pub use throttle::{ReplicaLagRead, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
 
 /// One thing that happened, reported once, in one place.
 pub trait InternalEvent {

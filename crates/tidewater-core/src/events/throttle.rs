@@ -62,3 +62,16 @@ impl InternalEvent for ThrottleCheckFailed<'_> {
             .increment(1);
     }
 }
+
+/// A replica-lag throttle read the lag (every poll: a gauge, no log line).
+#[derive(Debug)]
+pub struct ReplicaLagRead {
+    /// The lag, in seconds.
+    pub seconds: f64,
+}
+
+impl InternalEvent for ReplicaLagRead {
+    fn emit(self) {
+        gauge!("tidewater_replica_lag_seconds").set(self.seconds);
+    }
+}

@@ -5,11 +5,13 @@ use std::sync::Arc;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::Result;
+use crate::events::OperatorMeter;
 use crate::operator::{Collector, Operator};
 
 pub(crate) struct ChainedOperator {
     pub uid: Arc<str>,
     pub operator: Box<dyn Operator>,
+    pub meter: OperatorMeter,
 }
 
 /// The operators of one subtask of a chain, in order.
@@ -35,11 +37,13 @@ impl OperatorChain {
                 break;
             }
             for batch in batches {
+                op.meter.batch_in(batch.num_rows());
                 op.operator
                     .process(batch, &mut collector)
                     .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
             }
             batches = collector.take();
+            op.meter.rows_out(rows_of(&batches));
         }
         Ok(batches)
     }
@@ -54,6 +58,7 @@ impl OperatorChain {
                 .finish(&mut collector)
                 .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
             let emitted = collector.take();
+            op.meter.rows_out(rows_of(&emitted));
             out.extend(self.process_from(i + 1, emitted)?);
         }
         Ok(out)
@@ -76,4 +81,8 @@ impl OperatorChain {
         }
         Ok(states)
     }
+}
+
+fn rows_of(batches: &[RecordBatch]) -> usize {
+    batches.iter().map(RecordBatch::num_rows).sum()
 }

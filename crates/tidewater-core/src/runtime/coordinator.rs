@@ -10,8 +10,9 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::progress::{CheckpointStats, Progress};
-use super::task::{Control, Event};
+use super::handle::Stop;
+use super::progress::{CheckpointPhases, CheckpointStats, Progress};
+use super::task::{Control, Event, TaskTiming};
 use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord};
 use crate::checkpoint::{StateStore, restore};
 use crate::error::{Error, Result};
@@ -32,8 +33,16 @@ pub(crate) struct Trigger {
 
 /// How a run of the coordinator ended.
 pub(crate) enum Ending {
-    Completed { last: CheckpointId },
-    Cancelled { savepoint: CheckpointId },
+    Completed {
+        last: CheckpointId,
+    },
+    Cancelled {
+        savepoint: CheckpointId,
+    },
+    /// Stopped without a savepoint; a rerun resumes from `last`.
+    Discarded {
+        last: Option<CheckpointId>,
+    },
 }
 
 struct InFlight {
@@ -41,9 +50,22 @@ struct InFlight {
     kind: CheckpointKind,
     pending: usize,
     started: Instant,
+    triggered_at_ms: u64,
+    phases: CheckpointPhases,
     manifest: Manifest,
     rows_read_in_run: u64,
     bytes: u64,
+}
+
+impl InFlight {
+    /// Folds one task's timing in: each phase is the slowest task's.
+    fn timed(&mut self, timing: TaskTiming) {
+        let phases = &mut self.phases;
+        let aligned = timing.began.saturating_duration_since(self.started);
+        phases.align = phases.align.max(aligned);
+        phases.snapshot = phases.snapshot.max(timing.snapshot);
+        phases.upload = phases.upload.max(timing.upload);
+    }
 }
 
 pub(crate) struct Coordinator {
@@ -61,9 +83,11 @@ pub(crate) struct Coordinator {
     pub next_id: CheckpointId,
     pub rows_before_run: u64,
     pub progress: Arc<Progress>,
-    pub cancel: watch::Receiver<bool>,
+    pub cancel: watch::Receiver<Stop>,
     /// A job store's lease, asked before each commit of progress.
     pub lease: Option<Arc<dyn crate::runtime::config::Lease>>,
+    /// The newest completed checkpoint (the restored one, at first).
+    pub last_completed: Option<CheckpointId>,
 }
 
 impl Coordinator {
@@ -114,14 +138,16 @@ impl Coordinator {
                         in_flight = Some(self.start_or_cause(CheckpointKind::Periodic).await?);
                     }
                 }
-                changed = self.cancel.changed(), if !cancel_requested => {
-                    if changed.is_ok() && *self.cancel.borrow() {
+                changed = self.cancel.changed() => {
+                    let stop = *self.cancel.borrow();
+                    if changed.is_err() {
+                        // The handle was dropped: nobody can cancel any more.
+                        self.cancel = watch::channel(Stop::No).1;
+                    } else if stop == Stop::Discarding {
+                        return self.discard().await;
+                    } else if stop == Stop::AtSavepoint && !cancel_requested {
                         SavepointRequested { job: self.store.job() }.emit();
                         cancel_requested = true;
-                    } else if changed.is_err() {
-                        // The handle was dropped: nobody can cancel any more.
-                        cancel_requested = false;
-                        self.cancel = watch::channel(false).1;
                     }
                 }
                 event = self.events.recv() => {
@@ -152,6 +178,7 @@ impl Coordinator {
                             flight.manifest.blobs.extend(data.blobs);
                             flight.manifest.commits.extend(data.commits);
                             flight.rows_read_in_run += data.rows_read;
+                            flight.timed(data.timing);
                             flight.pending -= 1;
                             if flight.pending == 0 {
                                 let flight = in_flight.take().expect("in flight");
@@ -183,6 +210,24 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// Stops every task, then aborts the sinks' pre-committed work that no
+    /// completed checkpoint refers to (every completed one is committed:
+    /// [`Coordinator::complete`] commits before it returns).
+    async fn discard(&mut self) -> Result<Ending> {
+        self.tasks.abort_all();
+        // An aborted task stops at its next await: wait, so that no writer
+        // prepares anything after the abort below.
+        while self.tasks.join_next().await.is_some() {}
+        for (uid, sink) in &self.sinks {
+            sink.abort_uncommitted(self.store.job(), uid)
+                .await
+                .map_err(|e| e.in_operator(uid, 0))?;
+        }
+        Ok(Ending::Discarded {
+            last: self.last_completed,
+        })
     }
 
     /// Starts a checkpoint; when a source task is gone, the error is the one
@@ -225,6 +270,8 @@ impl Coordinator {
             kind,
             pending: self.task_count,
             started: Instant::now(),
+            triggered_at_ms: created_at_ms,
+            phases: CheckpointPhases::default(),
             rows_read_in_run: 0,
             bytes: 0,
             manifest: Manifest {
@@ -261,13 +308,17 @@ impl Coordinator {
         manifest
             .commits
             .sort_by(|a, b| (&a.uid, a.subtask).cmp(&(&b.uid, b.subtask)));
+        let mut phases = flight.phases;
+        let writing = Instant::now();
         self.check_lease()?;
         self.store.check_epoch(self.epoch).await?;
         let id = manifest.checkpoint;
         failpoint::hit("before-manifest", id);
         self.store.write_manifest(&manifest).await?;
         let took = flight.started.elapsed();
+        phases.manifest = writing.elapsed();
         failpoint::hit("after-manifest", id);
+        let committing = Instant::now();
         for (n, handle) in manifest.commits.iter().enumerate() {
             if n == 1 {
                 failpoint::hit("mid-commit", id);
@@ -278,11 +329,15 @@ impl Coordinator {
             commit_all(self.store.job(), &self.sinks, std::slice::from_ref(handle)).await?;
         }
         failpoint::hit("after-commit", id);
+        phases.commit = committing.elapsed();
+        self.last_completed = Some(id);
         let stats = CheckpointStats {
             id: manifest.checkpoint.0,
             kind: manifest.kind,
             duration: took,
             state_bytes: flight.bytes,
+            triggered_at_ms: flight.triggered_at_ms,
+            phases,
         };
         self.progress
             .checkpoint_completed(stats, manifest.rows_read);
@@ -291,6 +346,7 @@ impl Coordinator {
             checkpoint: manifest.checkpoint.0,
             kind: manifest.kind,
             duration: took,
+            phases,
             state_bytes: flight.bytes,
             commits: manifest.commits.len(),
             rows_read: manifest.rows_read,

@@ -25,6 +25,26 @@ pub enum Outcome {
         /// What this run did.
         summary: Summary,
     },
+    /// Stopped at once without a savepoint ([`JobControl::discard`]): the
+    /// work since the last completed checkpoint was thrown away, and
+    /// running the job again resumes from that checkpoint.
+    Discarded {
+        /// The checkpoint a rerun resumes from (`None`: from the start).
+        resumes_from: Option<CheckpointId>,
+        /// What this run did.
+        summary: Summary,
+    },
+}
+
+/// How a job is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// Not asked.
+    No,
+    /// Take a savepoint, then stop.
+    AtSavepoint,
+    /// Stop now and throw away what no completed checkpoint holds.
+    Discarding,
 }
 
 /// What a run did.
@@ -58,7 +78,7 @@ pub struct JobHandle {
 #[derive(Debug, Clone)]
 pub struct JobControl {
     pub(crate) progress: Arc<Progress>,
-    pub(crate) cancel: Arc<watch::Sender<bool>>,
+    pub(crate) cancel: Arc<watch::Sender<Stop>>,
 }
 
 impl JobControl {
@@ -67,10 +87,33 @@ impl JobControl {
         self.progress.snapshot()
     }
 
+    /// The checkpoints this run completed with an id past `id`, oldest
+    /// first (of the last 4096).
+    pub fn checkpoints_after(&self, id: u64) -> Vec<CheckpointStats> {
+        self.progress.checkpoints_after(id)
+    }
+
     /// Asks the job to take a savepoint and stop. Returns at once;
     /// [`JobHandle::join`] returns [`Outcome::Cancelled`] once the savepoint is complete.
     pub fn cancel(&self) {
-        let _ = self.cancel.send(true);
+        // A discard already asked for is not softened into a savepoint.
+        self.cancel.send_if_modified(|stop| {
+            let asked = *stop == Stop::No;
+            if asked {
+                *stop = Stop::AtSavepoint;
+            }
+            asked
+        });
+    }
+
+    /// Asks the job to stop at once, taking no savepoint: tasks stop, the
+    /// sinks' pre-committed work that no completed checkpoint refers to is
+    /// aborted (PostgreSQL's prepared transactions rolled back), and
+    /// [`JobHandle::join`] returns [`Outcome::Discarded`]. Running the job
+    /// again resumes from its last completed checkpoint. Also ends a
+    /// savepoint already under way.
+    pub fn discard(&self) {
+        let _ = self.cancel.send(Stop::Discarding);
     }
 }
 

@@ -9,13 +9,14 @@ use tokio::sync::watch;
 use super::config::JobConfig;
 use super::coordinator::{Coordinator, Ending, Trigger};
 use super::describe::{describe, fingerprint, keyed_operator};
-use super::handle::{JobControl, JobHandle, Outcome, Summary};
+use super::handle::{JobControl, JobHandle, Outcome, Stop, Summary};
 use super::progress::Progress;
 use super::restore::{RestoreResult, restore};
 use super::wiring::{Setup, context, wire};
 use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
 use crate::events::{InternalEvent, JobCompleted, JobFenced, JobRestarting, JobStarting};
+use crate::ids::CheckpointId;
 use crate::operator::Operator;
 use crate::pipeline::graph::{ChainPlan, Node, NodeBody};
 use crate::sink::Sink;
@@ -83,7 +84,7 @@ impl Job {
     /// Starts the job on the current tokio runtime.
     pub fn start(self, config: JobConfig) -> JobHandle {
         let progress = Arc::new(Progress::new(0));
-        let (cancel, cancel_rx) = watch::channel(false);
+        let (cancel, cancel_rx) = watch::channel(Stop::No);
         let join = tokio::spawn(run(self, config, progress.clone(), cancel_rx));
         JobHandle {
             control: JobControl {
@@ -101,7 +102,7 @@ async fn run(
     job: Job,
     config: JobConfig,
     progress: Arc<Progress>,
-    cancel: watch::Receiver<bool>,
+    cancel: watch::Receiver<Stop>,
 ) -> Result<Outcome> {
     if let Some(why) = config.refused.first() {
         return Err(Error::InvalidConfig(why.clone()));
@@ -142,7 +143,7 @@ async fn run_once(
     job: &Job,
     config: &JobConfig,
     progress: Arc<Progress>,
-    cancel: watch::Receiver<bool>,
+    cancel: watch::Receiver<Stop>,
 ) -> Result<Outcome> {
     let store = StateStore::new(&config.state, &job.name);
     let epoch = match &config.lease {
@@ -231,6 +232,7 @@ async fn run_once(
         progress: progress.clone(),
         cancel,
         lease: config.lease.clone(),
+        last_completed: restored.checkpoint,
     };
     let ending = coordinator.run().await?;
     let summary = |last| Summary {
@@ -260,6 +262,17 @@ async fn run_once(
             Outcome::Cancelled {
                 savepoint,
                 summary: summary(savepoint),
+            }
+        }
+        Ending::Discarded { last } => {
+            JobCompleted::Discarded {
+                job: &job.name,
+                resumes_from: last.map(|c| c.0),
+            }
+            .emit();
+            Outcome::Discarded {
+                resumes_from: last,
+                summary: summary(last.unwrap_or(CheckpointId(0))),
             }
         }
     })

@@ -18,4 +18,4 @@ mod wiring;
 pub use config::{JobConfig, Lease};
 pub use handle::{JobControl, JobHandle, Outcome, Summary};
 pub use job::Job;
-pub use progress::{CheckpointStats, Progress, ProgressSnapshot};
+pub use progress::{CheckpointPhases, CheckpointStats, Progress, ProgressSnapshot};

@@ -22,6 +22,27 @@ pub struct CheckpointStats {
     pub duration: Duration,
     /// Bytes of state written.
     pub state_bytes: u64,
+    /// When it was triggered (this machine's clock, ms since the Unix epoch).
+    pub triggered_at_ms: u64,
+    /// Where its time went.
+    pub phases: CheckpointPhases,
+}
+
+/// Where a checkpoint's time went. The first three overlap across tasks
+/// (each is the slowest task's), so they need not add up to the duration.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CheckpointPhases {
+    /// From the trigger until the last task had its barrier (aligned, for
+    /// a task with several inputs) and began its snapshot.
+    pub align: Duration,
+    /// The slowest task's snapshot: its operators' state and its sink's pre-commit.
+    pub snapshot: Duration,
+    /// The slowest task's encoding and upload of its state.
+    pub upload: Duration,
+    /// Checking the epoch and writing the manifest.
+    pub manifest: Duration,
+    /// Committing the sinks' work, after the manifest (not in the duration).
+    pub commit: Duration,
 }
 
 /// Counters a job updates as it runs; read them through [`JobHandle::progress`](crate::JobHandle::progress).
@@ -166,9 +187,14 @@ impl Progress {
     /// them (a stream runs for weeks; the count of all of them is in
     /// [`ProgressSnapshot::checkpoints`] and the metrics).
     pub fn checkpoint_history(&self) -> Vec<CheckpointStats> {
+        self.checkpoints_after(0)
+    }
+
+    /// The checkpoints in [`Progress::checkpoint_history`] with an id past `id`.
+    pub fn checkpoints_after(&self, id: u64) -> Vec<CheckpointStats> {
         self.history
             .lock()
-            .map(|h| h.iter().cloned().collect())
+            .map(|h| h.iter().filter(|c| c.id > id).cloned().collect())
             .unwrap_or_default()
     }
 
@@ -305,6 +331,8 @@ mod tests {
                     kind: CheckpointKind::Periodic,
                     duration: Duration::from_millis(1),
                     state_bytes: 0,
+                    triggered_at_ms: 0,
+                    phases: Default::default(),
                 },
                 id,
             );

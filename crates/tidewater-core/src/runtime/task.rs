@@ -17,6 +17,7 @@ use super::output::Output;
 use super::progress::Progress;
 use crate::checkpoint::{BlobRecord, StateStore, blob};
 use crate::error::{Error, Result};
+use crate::events::OperatorMeter;
 use crate::ids::CheckpointId;
 use crate::sink::{CommitHandle, SinkWriter};
 use crate::source::{Cursor, Source, Split, SplitReader};
@@ -56,6 +57,29 @@ pub(crate) struct AckData {
     pub commits: Vec<CommitHandle>,
     /// Rows this source subtask emitted in this run before the barrier.
     pub rows_read: u64,
+    /// When and how long this task took its part.
+    pub timing: TaskTiming,
+}
+
+/// One task's part of a checkpoint, timed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TaskTiming {
+    /// When the task had the barrier and began its snapshot.
+    pub began: Instant,
+    /// Its operators' snapshots and its sink's pre-commit.
+    pub snapshot: Duration,
+    /// Encoding and uploading its state.
+    pub upload: Duration,
+}
+
+impl Default for TaskTiming {
+    fn default() -> Self {
+        TaskTiming {
+            began: Instant::now(),
+            snapshot: Duration::ZERO,
+            upload: Duration::ZERO,
+        }
+    }
 }
 
 /// Where a chain's output goes.
@@ -64,6 +88,7 @@ pub(crate) enum Tail {
     Sink {
         uid: Arc<str>,
         writer: Box<dyn SinkWriter>,
+        meter: OperatorMeter,
     },
 }
 
@@ -81,8 +106,9 @@ impl TaskCore {
         for batch in batches {
             match &mut self.tail {
                 Tail::Channels(output) => output.send(batch).await?,
-                Tail::Sink { uid, writer } => {
+                Tail::Sink { uid, writer, meter } => {
                     let rows = batch.num_rows() as u64;
+                    meter.batch_in(batch.num_rows());
                     writer
                         .write(batch)
                         .await
@@ -105,7 +131,7 @@ impl TaskCore {
         &mut self,
         checkpoint: CheckpointId,
     ) -> Result<(Vec<CommitHandle>, Option<(Arc<str>, RecordBatch)>)> {
-        let Tail::Sink { uid, writer } = &mut self.tail else {
+        let Tail::Sink { uid, writer, .. } = &mut self.tail else {
             return Ok((Vec::new(), None));
         };
         let subtask = self.chain.subtask;
@@ -138,10 +164,12 @@ impl TaskCore {
         extra: Option<(Arc<str>, RecordBatch)>,
         rows_read: u64,
     ) -> Result<()> {
+        let began = Instant::now();
         let mut states = self.chain.snapshot()?;
         states.extend(extra);
         let (commits, sink_state) = self.pre_commit(checkpoint).await?;
         states.extend(sink_state);
+        let snapshot = began.elapsed();
         if let Tail::Channels(output) = &mut self.tail {
             output.broadcast(Message::Barrier(checkpoint)).await?;
         }
@@ -149,12 +177,18 @@ impl TaskCore {
         let events = self.events.clone();
         let subtask = self.chain.subtask;
         tokio::spawn(async move {
+            let uploading = Instant::now();
             let result = upload(&store, checkpoint, subtask, states)
                 .await
                 .map(|blobs| AckData {
                     blobs,
                     commits,
                     rows_read,
+                    timing: TaskTiming {
+                        began,
+                        snapshot,
+                        upload: uploading.elapsed(),
+                    },
                 });
             // A closed channel means the job already ended; nobody needs the ack.
             let _ = events.send(Event::Ack(Ack { checkpoint, result }));
@@ -164,9 +198,10 @@ impl TaskCore {
 
     /// Ends the task: flushes the chain, passes the end on, pre-commits the final data.
     async fn finish(&mut self, checkpoint: CheckpointId, rows_read: u64) -> Result<()> {
+        let began = Instant::now();
         let out = self.chain.finish()?;
         self.emit(out).await?;
-        if let Tail::Sink { uid, writer } = &mut self.tail {
+        if let Tail::Sink { uid, writer, .. } = &mut self.tail {
             writer
                 .finish()
                 .await
@@ -181,6 +216,11 @@ impl TaskCore {
             commits,
             blobs: Vec::new(),
             rows_read,
+            timing: TaskTiming {
+                began,
+                snapshot: began.elapsed(),
+                upload: Duration::ZERO,
+            },
         };
         let _ = self.events.send(Event::Ack(Ack {
             checkpoint,
@@ -281,6 +321,7 @@ use arrow::array::Array;
 /// A source subtask: reads its splits in order, answering the coordinator between batches.
 pub(crate) struct SourceTask {
     pub uid: Arc<str>,
+    pub meter: OperatorMeter,
     pub source: Arc<dyn Source>,
     pub throttles: Vec<Arc<dyn Throttle>>,
     pub splits: Vec<SplitState>,
@@ -416,6 +457,7 @@ impl SourceTask {
                     rows_read += rows;
                     last_rows = rows;
                     self.core.progress.add_read(rows);
+                    self.meter.rows_out(batch.num_rows());
                     self.core.process(batch).await?;
                     // A chain that ends in a sink may never await a channel, and
                     // would then starve the coordinator of the worker threads.

@@ -20,7 +20,7 @@ use super::task::{SourceTask, SplitState, Tail, TaskCore, run_input_task};
 use crate::checkpoint::StateStore;
 use crate::checkpoint::restore::check_splits;
 use crate::error::Result;
-use crate::events::{InternalEvent, SourceStartsOver};
+use crate::events::{InternalEvent, OperatorMeter, SourceStartsOver};
 use crate::ids::Epoch;
 use crate::operator::{Operator, TaskContext};
 use crate::pipeline::Partitioning;
@@ -139,7 +139,12 @@ pub(crate) async fn wire(
                             .restore(state.clone())
                             .map_err(|e| e.in_operator(&uid, subtask))?;
                     }
-                    chained.push(ChainedOperator { uid, operator });
+                    let meter = OperatorMeter::new(&job.name, &uid, subtask);
+                    chained.push(ChainedOperator {
+                        uid,
+                        operator,
+                        meter,
+                    });
                 }
             }
             let tail = match &job.nodes[last].body {
@@ -152,6 +157,7 @@ pub(crate) async fn wire(
                     }
                     .map_err(|e| e.in_operator(&uid, subtask))?;
                     Tail::Sink {
+                        meter: OperatorMeter::new(&job.name, &uid, subtask),
                         uid: uid.as_str().into(),
                         writer,
                     }
@@ -181,6 +187,7 @@ pub(crate) async fn wire(
                     let (control_tx, control_rx) = mpsc::unbounded_channel();
                     controls.push(control_tx);
                     let task = SourceTask {
+                        meter: OperatorMeter::new(&job.name, &job.nodes[head].uid, subtask),
                         uid: job.nodes[head].uid.as_str().into(),
                         throttles: job.nodes[head].throttles.clone(),
                         source: source.clone(),

@@ -12,7 +12,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::lease::Owner;
-use crate::record::{Ending, Heartbeat, JobId, JobRecord, NewJob, Report, Submitted};
+use crate::record::{
+    CheckpointRecord, Ending, Heartbeat, JobId, JobRecord, NewJob, Report, Submitted,
+};
 use crate::state::{IllegalTransition, JobState};
 
 pub use sql::SqlStore;
@@ -135,6 +137,22 @@ pub trait JobStore: Send + Sync {
     /// CANCELLED): for a job whose state location was emptied, so that the
     /// same spec can start it anew.
     async fn forget(&self, id: JobId) -> Result<(), StoreError>;
+
+    /// Records completed checkpoints of the run of `epoch` (ignored when
+    /// a newer epoch holds the job; one already recorded is kept).
+    async fn record_checkpoints(
+        &self,
+        id: JobId,
+        epoch: u64,
+        checkpoints: &[CheckpointRecord],
+    ) -> Result<(), StoreError>;
+
+    /// The job's last `limit` recorded checkpoints, oldest first.
+    async fn checkpoints(
+        &self,
+        id: JobId,
+        limit: usize,
+    ) -> Result<Vec<CheckpointRecord>, StoreError>;
 
     /// Asks the job to stop: a QUEUED job is CANCELLED at once, a RUNNING
     /// one CANCELLING (its worker sees it at its next heartbeat).

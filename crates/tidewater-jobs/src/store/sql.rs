@@ -14,7 +14,9 @@ use sqlx::{AnyPool, AssertSqlSafe, Row, SqlSafeStr};
 
 use super::{JobStore, StoreError};
 use crate::lease::{Decision, LeaseRecord, Owner, may_take, process_alive};
-use crate::record::{Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Submitted};
+use crate::record::{
+    CheckpointRecord, Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Submitted,
+};
 use crate::state::{JobEvent, JobState, transition};
 
 /// Which SQL the store speaks.
@@ -33,13 +35,36 @@ impl Dialect {
         }
     }
 
-    /// The table, in this dialect.
-    fn migration(self) -> String {
+    /// The migrations, in this dialect.
+    fn migrations(self) -> Vec<Migration> {
         let id = match self {
             Dialect::Sqlite => "INTEGER PRIMARY KEY AUTOINCREMENT",
             Dialect::Postgres => "BIGSERIAL PRIMARY KEY",
         };
-        include_str!("../../migrations/0001_jobs.sql").replace("{id}", id)
+        let files = [
+            (
+                1,
+                "job records",
+                include_str!("../../migrations/0001_jobs.sql"),
+            ),
+            (
+                2,
+                "checkpoints",
+                include_str!("../../migrations/0002_checkpoints.sql"),
+            ),
+        ];
+        files
+            .into_iter()
+            .map(|(version, name, text)| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(name),
+                    MigrationType::Simple,
+                    AssertSqlSafe(text.replace("{id}", id)).into_sql_str(),
+                    false,
+                )
+            })
+            .collect()
     }
 }
 
@@ -49,6 +74,9 @@ pub struct SqlStore {
     pool: AnyPool,
     dialect: Dialect,
 }
+
+/// How many checkpoints of a job the store keeps.
+const KEEP_CHECKPOINTS: i64 = 10_000;
 
 /// How long a write waits out other processes' writes before failing.
 const BUSY_LIMIT: Duration = Duration::from_secs(30);
@@ -111,13 +139,7 @@ impl SqlStore {
             .await
             .map_err(|e| failed(e.to_string()))?;
         let migrator = Migrator {
-            migrations: Cow::Owned(vec![Migration::new(
-                1,
-                Cow::Borrowed("job records"),
-                MigrationType::Simple,
-                AssertSqlSafe(dialect.migration()).into_sql_str(),
-                false,
-            )]),
+            migrations: Cow::Owned(dialect.migrations()),
             table_name: Cow::Borrowed("tidewater_jobs_migrations"),
             ..Migrator::DEFAULT
         };
@@ -384,31 +406,34 @@ impl JobStore for SqlStore {
         ttl: Duration,
         report: &Report,
     ) -> Result<Heartbeat, StoreError> {
+        let ([rate, eta], floats) = float_params(12, [report.rows_per_second, report.eta_seconds]);
+        let text = format!(
+            "UPDATE tidewater_jobs SET lease_expires_ms = {{now}} + $1, rows_done = $2, \
+             rows_total = $3, rows_per_second = {rate}, eta_seconds = {eta}, \
+             last_checkpoint = $4, last_checkpoint_ms = $5, exposure_rows = $6, \
+             exposure_ms = $7, throttle = $8, updated_ms = {{now}} \
+             WHERE id = $9 AND epoch = $10 AND lease_host = $11 AND lease_pid = $12 \
+             AND state IN ('RUNNING', 'CANCELLING') RETURNING state, discard"
+        );
         let row = self
             .retrying(|| {
-                sqlx::query(self.sql(
-                    "UPDATE tidewater_jobs SET lease_expires_ms = {now} + $1, rows_done = $2, \
-             rows_total = $3, rows_per_second = $4, eta_seconds = $5, last_checkpoint = $6, \
-             last_checkpoint_ms = $7, exposure_rows = $8, exposure_ms = $9, throttle = $10, \
-             updated_ms = {now} \
-             WHERE id = $11 AND epoch = $12 AND lease_host = $13 AND lease_pid = $14 \
-             AND state IN ('RUNNING', 'CANCELLING') RETURNING state, discard",
-                ))
-                .bind(ttl.as_millis() as i64)
-                .bind(report.rows_done as i64)
-                .bind(report.rows_total.map(|v| v as i64))
-                .bind(report.rows_per_second)
-                .bind(report.eta_seconds)
-                .bind(report.last_checkpoint.map(|v| v as i64))
-                .bind(report.last_checkpoint_ms)
-                .bind(report.exposure_rows as i64)
-                .bind(report.exposure_ms as i64)
-                .bind(report.throttle.clone())
-                .bind(id)
-                .bind(epoch as i64)
-                .bind(me.host.clone())
-                .bind(i64::from(me.pid))
-                .fetch_optional(&self.pool)
+                let mut query = sqlx::query(self.sql(&text))
+                    .bind(ttl.as_millis() as i64)
+                    .bind(report.rows_done as i64)
+                    .bind(report.rows_total.map(|v| v as i64))
+                    .bind(report.last_checkpoint.map(|v| v as i64))
+                    .bind(report.last_checkpoint_ms)
+                    .bind(report.exposure_rows as i64)
+                    .bind(report.exposure_ms as i64)
+                    .bind(report.throttle.clone())
+                    .bind(id)
+                    .bind(epoch as i64)
+                    .bind(me.host.clone())
+                    .bind(i64::from(me.pid));
+                for value in &floats {
+                    query = query.bind(*value);
+                }
+                query.fetch_optional(&self.pool)
             })
             .await
             .map_err(query_error("renewing a lease"))?;
@@ -498,6 +523,13 @@ impl JobStore for SqlStore {
             });
         }
         self.retrying(|| {
+            sqlx::query("DELETE FROM tidewater_checkpoints WHERE job_id = $1")
+                .bind(id)
+                .execute(&self.pool)
+        })
+        .await
+        .map_err(query_error("forgetting a job's checkpoints"))?;
+        self.retrying(|| {
             sqlx::query("DELETE FROM tidewater_jobs WHERE id = $1 AND state = $2")
                 .bind(id)
                 .bind(job.state.as_str())
@@ -508,6 +540,83 @@ impl JobStore for SqlStore {
         Ok(())
     }
 
+    async fn record_checkpoints(
+        &self,
+        id: JobId,
+        epoch: u64,
+        checkpoints: &[CheckpointRecord],
+    ) -> Result<(), StoreError> {
+        for c in checkpoints {
+            self.retrying(|| {
+                sqlx::query(
+                    "INSERT INTO tidewater_checkpoints (job_id, checkpoint, epoch, kind, \
+                     triggered_ms, duration_ms, bytes, align_ms, snapshot_ms, upload_ms, \
+                     manifest_ms, commit_ms) \
+                     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 \
+                     WHERE EXISTS (SELECT 1 FROM tidewater_jobs WHERE id = $1 AND epoch = $3) \
+                     ON CONFLICT (job_id, checkpoint) DO NOTHING",
+                )
+                .bind(id)
+                .bind(c.id as i64)
+                .bind(epoch as i64)
+                .bind(c.kind.clone())
+                .bind(c.triggered_ms)
+                .bind(c.duration_ms as i64)
+                .bind(c.bytes as i64)
+                .bind(c.align_ms as i64)
+                .bind(c.snapshot_ms as i64)
+                .bind(c.upload_ms as i64)
+                .bind(c.manifest_ms as i64)
+                .bind(c.commit_ms as i64)
+                .execute(&self.pool)
+            })
+            .await
+            .map_err(query_error("recording a checkpoint"))?;
+        }
+        if let Some(last) = checkpoints.last() {
+            // A job checkpointing every second for weeks keeps its last
+            // KEEP_CHECKPOINTS, not all of them.
+            self.retrying(|| {
+                sqlx::query(
+                    "DELETE FROM tidewater_checkpoints WHERE job_id = $1 AND checkpoint <= $2",
+                )
+                .bind(id)
+                .bind(last.id as i64 - KEEP_CHECKPOINTS)
+                .execute(&self.pool)
+            })
+            .await
+            .map_err(query_error("trimming a job's checkpoints"))?;
+        }
+        Ok(())
+    }
+
+    async fn checkpoints(
+        &self,
+        id: JobId,
+        limit: usize,
+    ) -> Result<Vec<CheckpointRecord>, StoreError> {
+        let rows = self
+            .retrying(|| {
+                sqlx::query(
+                    "SELECT checkpoint, epoch, kind, triggered_ms, duration_ms, bytes, align_ms, \
+                     snapshot_ms, upload_ms, manifest_ms, commit_ms FROM tidewater_checkpoints \
+                     WHERE job_id = $1 ORDER BY checkpoint DESC LIMIT $2",
+                )
+                .bind(id)
+                .bind(limit.min(i64::MAX as usize) as i64)
+                .fetch_all(&self.pool)
+            })
+            .await
+            .map_err(query_error("reading a job's checkpoints"))?;
+        let mut out = rows
+            .iter()
+            .map(decode_checkpoint)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(query_error("reading a job's checkpoints"))?;
+        out.reverse();
+        Ok(out)
+    }
+
     async fn cancel(&self, id: JobId, discard: bool) -> Result<JobRecord, StoreError> {
         loop {
             let job = self.get(id).await?;
@@ -516,6 +625,24 @@ impl JobStore for SqlStore {
             }
         }
     }
+}
+
+/// The SQL of optional floats: a placeholder numbered after the `fixed`
+/// parameters for each value (bound in this order), or `NULL` written into
+/// the statement. sqlx 0.9's Any driver sends a NULL f64 to PostgreSQL
+/// typed as float4 (the NULL kinds of its Real and Double are swapped), and
+/// a statement prepared that way then refuses every float8 bound to it on
+/// that connection: a NULL float is never bound.
+fn float_params<const N: usize>(fixed: usize, values: [Option<f64>; N]) -> ([String; N], Vec<f64>) {
+    let mut bound = Vec::new();
+    let sql = values.map(|value| match value {
+        Some(v) => {
+            bound.push(v);
+            format!("${}", fixed + bound.len())
+        }
+        None => "NULL".to_string(),
+    });
+    (sql, bound)
 }
 
 /// Why epoch `mine` no longer holds `job`.
@@ -532,6 +659,23 @@ fn lost_why(job: &JobRecord, mine: u64) -> String {
     } else {
         format!("the job is {} and this run's lease is gone", job.state)
     }
+}
+
+fn decode_checkpoint(row: &AnyRow) -> Result<CheckpointRecord, sqlx::Error> {
+    let u = |i: usize| -> Result<u64, sqlx::Error> { Ok(row.try_get::<i64, _>(i)? as u64) };
+    Ok(CheckpointRecord {
+        id: u(0)?,
+        epoch: u(1)?,
+        kind: row.try_get(2)?,
+        triggered_ms: row.try_get(3)?,
+        duration_ms: u(4)?,
+        bytes: u(5)?,
+        align_ms: u(6)?,
+        snapshot_ms: u(7)?,
+        upload_ms: u(8)?,
+        manifest_ms: u(9)?,
+        commit_ms: u(10)?,
+    })
 }
 
 fn decode(row: &AnyRow) -> Result<JobRecord, StoreError> {
@@ -602,4 +746,27 @@ fn decode_row(row: &AnyRow) -> Result<JobRecord, sqlx::Error> {
         created_ms: row.try_get("created_ms")?,
         updated_ms: row.try_get("updated_ms")?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::float_params;
+
+    /// Values, the SQL for each, what is bound.
+    type Case = ([Option<f64>; 2], [&'static str; 2], &'static [f64]);
+
+    #[test]
+    fn a_null_float_is_written_into_the_statement_not_bound() {
+        let cases: [Case; 4] = [
+            ([None, None], ["NULL", "NULL"], &[]),
+            ([Some(1.5), None], ["$13", "NULL"], &[1.5]),
+            ([None, Some(2.5)], ["NULL", "$13"], &[2.5]),
+            ([Some(1.5), Some(2.5)], ["$13", "$14"], &[1.5, 2.5]),
+        ];
+        for (values, sql, bound) in cases {
+            let (got_sql, got_bound) = float_params(12, values);
+            assert_eq!(got_sql, sql.map(String::from), "{values:?}");
+            assert_eq!(got_bound, bound, "{values:?}");
+        }
+    }
 }

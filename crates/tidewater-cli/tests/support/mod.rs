@@ -1,0 +1,291 @@
+//! What the binary's test files share: the test job store, the command,
+//! the backfill example's jobs as specs, temporary folders, and waiting
+//! for a job's status.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use crate::common::{self, text};
+
+/// The job store these tests' runs share: one SQLite file per test binary
+/// run (jobs are told apart by their state folders, each test's own).
+pub fn test_store() -> String {
+    let path =
+        std::env::temp_dir().join(format!("tidewater-cli-tests-{}.sqlite", std::process::id()));
+    format!("sqlite://{}", path.display())
+}
+
+pub fn tidewater() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tidewater"));
+    command
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .env("TIDEWATER_STORE", test_store())
+        .stdin(Stdio::null());
+    command
+}
+
+/// The copy job of the backfill example, as a spec.
+pub fn copy_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
+    spec_with(
+        "copy",
+        rows,
+        keys,
+        state,
+        out,
+        r#"[transforms.keep]
+inputs = ["gen"]
+type = "sql"
+filter = "id % 3 <> 0"
+columns = { w = "v * 2.0" }"#,
+        "keep",
+    )
+}
+
+/// The aggregate job of the backfill example, as a spec.
+pub fn aggregate_spec(rows: u64, keys: u64, state: &str, out: &str) -> String {
+    spec_with(
+        "aggregate",
+        rows,
+        keys,
+        state,
+        out,
+        r#"[transforms.per_key]
+inputs = ["gen"]
+type = "aggregate"
+key_by = ["k"]
+aggregates = { count = "count(*)", sum_v = "sum(v)", max_id = "max(id)" }"#,
+        "per_key",
+    )
+}
+
+/// A generator, `transform` (a table read by `last`), a Parquet sink.
+pub fn spec_with(
+    name: &str,
+    rows: u64,
+    keys: u64,
+    state: &str,
+    out: &str,
+    transform: &str,
+    last: &str,
+) -> String {
+    format!(
+        r#"
+[job]
+name = "{name}"
+state = "{state}"
+checkpoint_interval = "50ms"
+parallelism = 2
+
+[sources.gen]
+type = "generator"
+rows = {rows}
+keys = {keys}
+batch_rows = 4096
+
+{transform}
+
+[sinks.out]
+inputs = ["{last}"]
+type = "parquet"
+path = "{out}"
+"#
+    )
+}
+
+pub struct Folder {
+    _dir: tempfile::TempDir,
+    /// The folder.
+    pub root: PathBuf,
+}
+
+impl Folder {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().to_path_buf();
+        Folder { _dir: dir, root }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    pub fn s(&self, name: &str) -> String {
+        self.path(name).display().to_string()
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, text).expect("writing the spec");
+        path
+    }
+}
+
+pub fn run(spec: &Path, args: &[&str]) -> Output {
+    tidewater()
+        .arg("run")
+        .arg(spec)
+        .args(args)
+        .output()
+        .expect("running tidewater")
+}
+
+/// Starts `tidewater run SPEC ARGS...` with its output captured.
+pub fn spawn_run(spec: &Path, args: &[&str]) -> std::process::Child {
+    tidewater()
+        .arg("run")
+        .arg(spec)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning tidewater run")
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// `tidewater status JOB --json`, parsed; `None` while the store has no
+/// such job yet.
+pub fn status_of(job: &str, store: &str) -> Option<serde_json::Value> {
+    let output = tidewater()
+        .args(["status", job, "--json", "--store", store])
+        .output()
+        .unwrap();
+    if stderr(&output).contains("no job '") {
+        return None;
+    }
+    assert!(output.status.success(), "{}", text(&output));
+    Some(
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&output))),
+    )
+}
+
+/// Waits until `check` holds of the job's status.
+pub fn wait_for_status(
+    job: &str,
+    store: &str,
+    what: &str,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = status_of(job, store);
+        if let Some(status) = status.as_ref().filter(|s| check(s)) {
+            return status.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {what}: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The status of a job that exists.
+pub fn status(job: &str, store: &str) -> serde_json::Value {
+    status_of(job, store).unwrap_or_else(|| panic!("no job '{job}' in {store}"))
+}
+
+/// The job stores to test: this binary's SQLite file, and a fresh
+/// PostgreSQL database when the test servers run.
+pub fn job_stores(name: &str) -> Vec<String> {
+    let mut stores = vec![test_store()];
+    if let Some(db) = common::Db::fresh(name) {
+        stores.push(db.url);
+    }
+    stores
+}
+
+/// A free loopback port (free when asked: the server that takes it binds
+/// it a moment later).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// An HTTP answer: status, headers (lower-case names), body.
+#[derive(Debug)]
+pub struct Answer {
+    /// The status code.
+    pub status: u16,
+    /// The headers, by lower-case name.
+    pub headers: std::collections::BTreeMap<String, String>,
+    /// The body.
+    pub body: String,
+}
+
+impl Answer {
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+
+    /// A header.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+/// Sends a request (`body` makes it a POST) with `headers`; any status is an answer.
+pub fn http(url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Result<Answer, String> {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into();
+    let response = match body {
+        Some(body) => {
+            let mut request = agent.post(url);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            request.send(body)
+        }
+        None => {
+            let mut request = agent.get(url);
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            request.call()
+        }
+    };
+    let mut response = response.map_err(|e| e.to_string())?;
+    let headers = response
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let body = response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())?;
+    Ok(Answer {
+        status: response.status().as_u16(),
+        headers,
+        body,
+    })
+}
+
+/// GETs `url` until the server answers and `check` holds of the answer.
+pub fn poll(url: &str, what: &str, check: impl Fn(&Answer) -> bool) -> Answer {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = match http(url, &[], None) {
+            Ok(answer) if check(&answer) => return answer,
+            other => other,
+        };
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {what}: {answer:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
