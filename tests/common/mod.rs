@@ -489,6 +489,24 @@ pub struct Db {
 impl Db {
     pub fn fresh(name: &str) -> Option<Db> {
         let (primary, replica) = pg_servers()?;
+        // A failed earlier run may have left prepared transactions, which
+        // keep the database from being dropped.
+        let old = with_database(&primary, name);
+        let exists = sql(
+            &primary,
+            &format!("SELECT count(*) FROM pg_database WHERE datname = '{name}'"),
+        );
+        if exists.first().map(String::as_str) == Some("1") {
+            for gid in sql(
+                &old,
+                "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()",
+            ) {
+                sql(
+                    &old,
+                    &format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''")),
+                );
+            }
+        }
         sql(
             &primary,
             &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),

@@ -1467,7 +1467,10 @@ fn paused_postgres_to_postgres_workers_are_fenced_and_the_table_is_exact() {
                     );
                     assert_eq!(common::one(data, &format!("SELECT count(*) FROM {dst}")), ROWS.to_string());
                     assert_eq!(
-                        common::one(data, "SELECT count(*) FROM pg_prepared_xacts WHERE database = current_database()"),
+                        common::one(
+                            data,
+                            &format!("SELECT count(*) FROM pg_prepared_xacts WHERE starts_with(gid, 'tw:{name}:')")
+                        ),
                         "0",
                         "{name}: a prepared transaction outlived the trial"
                     );

@@ -178,6 +178,16 @@ impl Error {
         }
     }
 
+    /// Whether a newer run took the job over (fenced, or the lease lost):
+    /// this run must stop and leave everything to its successor.
+    pub fn superseded(&self) -> bool {
+        match self {
+            Error::Fenced { .. } | Error::LeaseLost { .. } => true,
+            Error::InOperator { source, .. } => source.superseded(),
+            _ => false,
+        }
+    }
+
     /// This worker's and the newer epoch, when this is (or wraps) a fencing error.
     pub fn fenced_epochs(&self) -> Option<(Epoch, Epoch)> {
         match self {

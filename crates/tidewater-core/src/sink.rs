@@ -70,6 +70,17 @@ pub trait Sink: Send + Sync + 'static {
     /// before any writer opens. `job` and `uid` name the job and the sink.
     async fn abort_uncommitted(&self, job: &str, uid: &str) -> Result<()>;
 
+    /// Discards the staged work of epoch `epoch` only: called by a run that
+    /// was superseded (fenced, or its lease lost), after its tasks stopped,
+    /// so that what it pre-committed after its successor's restore does not
+    /// linger (a PostgreSQL prepared transaction holds locks until resolved).
+    /// The default does nothing: for sinks whose staged work costs nothing
+    /// while it waits for the next restore.
+    async fn abort_epoch(&self, job: &str, uid: &str, epoch: crate::Epoch) -> Result<()> {
+        let _ = (job, uid, epoch);
+        Ok(())
+    }
+
     /// Takes back the published output of a handle. Needed only when a restore
     /// falls back past a completed checkpoint whose state is corrupt; sinks that
     /// cannot revert make such a restore fail instead of duplicating output.

@@ -12,7 +12,7 @@ use tidewater_core::events::{
     ConnectionRetried, InternalEvent, PreparedCommitted, PreparedRolledBack, RowDeadLettered,
 };
 use tidewater_core::{
-    CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, TaskContext, row_json,
+    CheckpointId, CommitHandle, Epoch, Error, Result, Sink, SinkWriter, TaskContext, row_json,
 };
 
 use crate::errors::{
@@ -87,8 +87,39 @@ impl PostgresSink {
         }
     }
 
-    fn gid(job: &str, uid: &str, subtask: usize, checkpoint: CheckpointId) -> String {
-        format!("tw:{job}:{uid}:{subtask}:{}", checkpoint.0)
+    /// The prepared transaction of a writer's checkpoint: per epoch, so
+    /// that a paused worker that wakes and prepares the same checkpoint as
+    /// its successor never takes its name.
+    fn gid(job: &str, uid: &str, subtask: usize, checkpoint: CheckpointId, epoch: Epoch) -> String {
+        format!("tw:{job}:{uid}:{subtask}:{}:e{}", checkpoint.0, epoch.0)
+    }
+
+    /// The prepared transactions of sink `uid` of `job` (of any epoch).
+    async fn prepared(&self, job: &str, uid: &str) -> Result<Vec<String>> {
+        let prefix = format!("tw:{job}:{uid}:");
+        let gids: Vec<(String,)> = sqlx::query_as(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, $1)",
+        )
+        .bind(&prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error("listing prepared transactions", e))?;
+        Ok(gids.into_iter().map(|(gid,)| gid).collect())
+    }
+
+    /// Rolls back the prepared transactions among `gids` that `which` picks.
+    async fn roll_back(&self, gids: Vec<String>, which: impl Fn(&str) -> bool) -> Result<()> {
+        for gid in gids.into_iter().filter(|g| which(g)) {
+            PreparedRolledBack { gid: &gid }.emit();
+            let sql = format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"));
+            if let Err(e) = sqlx::raw_sql(AssertSqlSafe(sql)).execute(&self.pool).await {
+                // Another process may have resolved it meanwhile.
+                if !is_undefined_object(&e) {
+                    return Err(db_error(&format!("ROLLBACK PREPARED '{gid}'"), e));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -231,26 +262,30 @@ impl Sink for PostgresSink {
         if self.mode != SinkMode::ExactlyOnce {
             return Ok(());
         }
-        let prefix = format!("tw:{job}:{uid}:");
-        let gids: Vec<(String,)> = sqlx::query_as(
-            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, $1)",
-        )
-        .bind(&prefix)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error("listing prepared transactions", e))?;
-        for (gid,) in gids {
-            PreparedRolledBack { gid: &gid }.emit();
-            let sql = format!("ROLLBACK PREPARED '{}'", gid.replace('\'', "''"));
-            if let Err(e) = sqlx::raw_sql(AssertSqlSafe(sql)).execute(&self.pool).await {
-                // Another process may have resolved it meanwhile.
-                if !is_undefined_object(&e) {
-                    return Err(db_error(&format!("ROLLBACK PREPARED '{gid}'"), e));
-                }
-            }
-        }
-        Ok(())
+        let gids = self.prepared(job, uid).await?;
+        self.roll_back(gids, |_| true).await
     }
+
+    async fn abort_epoch(&self, job: &str, uid: &str, epoch: Epoch) -> Result<()> {
+        if self.mode != SinkMode::ExactlyOnce {
+            return Ok(());
+        }
+        let gids = self.prepared(job, uid).await?;
+        self.roll_back(gids, |gid| gid_epoch(gid) == Some(epoch.0))
+            .await
+    }
+}
+
+/// How long a writer's transaction waits for a row lock.
+const LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// PostgreSQL's `lock_not_available`: `lock_timeout` ran out.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The epoch in a prepared transaction's name (`None` for names from
+/// before epochs were part of them).
+fn gid_epoch(gid: &str) -> Option<u64> {
+    gid.rsplit_once(":e")?.1.parse().ok()
 }
 
 struct PostgresWriter {
@@ -331,6 +366,69 @@ impl PostgresWriter {
             }
         }
         Ok(sql)
+    }
+
+    /// After a lock wait ran out (the transaction is gone): rolls back the
+    /// older epochs' prepared transactions of this sink, which nothing will
+    /// commit (this run restored past them) and which may hold the lock;
+    /// the error restarts the job from its last checkpoint.
+    async fn lock_waited(&mut self, table: &str) -> Error {
+        let (job, uid, mine) = (
+            self.ctx.job.to_string(),
+            self.ctx.uid.to_string(),
+            self.ctx.epoch.0,
+        );
+        let older = |gid: &str| gid_epoch(gid).is_none_or(|e| e < mine);
+        let cleared = match self.sink.prepared(&job, &uid).await {
+            Ok(gids) => {
+                let n = gids.iter().filter(|g| older(g)).count();
+                match self.sink.roll_back(gids, older).await {
+                    Ok(()) => n,
+                    Err(e) => return e,
+                }
+            }
+            Err(e) => return e,
+        };
+        let holder = if cleared > 0 {
+            format!(
+                "{cleared} prepared transaction(s) of an older run (a worker that was paused and \
+                 woke after this run took over), now rolled back"
+            )
+        } else {
+            "another session".to_string()
+        };
+        Error::External {
+            message: format!(
+                "PostgreSQL: a row lock in '{table}' was held for more than {}s by {holder}; \
+                 the job restarts from its last checkpoint",
+                LOCK_WAIT.as_secs()
+            ),
+            retryable: true,
+        }
+    }
+
+    /// The fencing error of this writer, naming the newest epoch in
+    /// `tidewater_commits` (or any error reading it).
+    async fn fenced_by_newer(&mut self, job: &str, uid: &str, epoch: i64) -> Error {
+        let newer: Result<Option<i64>> = async {
+            sqlx::query_scalar(
+                "SELECT max(epoch) FROM tidewater_commits WHERE job = $1 AND sink = $2",
+            )
+            .bind(job)
+            .bind(uid)
+            .fetch_one(&mut *self.connection().await?)
+            .await
+            .map_err(|e| db_error("reading the newest epoch in tidewater_commits", e))
+        }
+        .await;
+        match newer {
+            Ok(newer) => Error::Fenced {
+                job: job.to_string(),
+                mine: self.ctx.epoch,
+                newer: Epoch(newer.map_or(epoch + 1, |n| n.max(epoch + 1)) as u64),
+            },
+            Err(e) => e,
+        }
     }
 
     async fn connection(&mut self) -> Result<&mut PgConnection> {
@@ -541,7 +639,14 @@ impl PostgresWriter {
 
     async fn write_transactional(&mut self, batch: &RecordBatch) -> Result<()> {
         if !self.in_transaction {
-            self.run("BEGIN").await?;
+            // A row lock held by an older run's prepared transaction (a
+            // worker that was paused and woke after this run restored)
+            // would be waited on for ever: wait a while, then clear it.
+            self.run(&format!(
+                "BEGIN; SET LOCAL lock_timeout = '{}ms'",
+                LOCK_WAIT.as_millis()
+            ))
+            .await?;
             self.in_transaction = true;
         }
         let budget = self.sink.max_bad_rows > 0;
@@ -561,6 +666,11 @@ impl PostgresWriter {
                 let refused = is_row_error(&e).then(|| self.refused(batch, &e));
                 self.connection = None;
                 self.in_transaction = false;
+                let code = e.as_database_error().and_then(|d| d.code());
+                if code.as_deref() == Some(LOCK_NOT_AVAILABLE) {
+                    let table = self.sink.table.clone();
+                    return Err(self.lock_waited(&table).await);
+                }
                 Err(refused
                     .unwrap_or_else(|| db_error(&format!("writing into '{}'", self.sink.table), e)))
             }
@@ -616,29 +726,26 @@ impl SinkWriter for PostgresWriter {
             Ok(_) => {
                 self.run("ROLLBACK").await?;
                 self.in_transaction = false;
-                let newer: Option<i64> = sqlx::query_scalar(
-                    "SELECT max(epoch) FROM tidewater_commits WHERE job = $1 AND sink = $2",
-                )
-                .bind(&job)
-                .bind(&uid)
-                .fetch_one(&mut *self.connection().await?)
-                .await
-                .map_err(|e| db_error("reading the newest epoch in tidewater_commits", e))?;
-                return Err(Error::Fenced {
-                    job,
-                    mine: self.ctx.epoch,
-                    newer: tidewater_core::Epoch(
-                        newer.map_or(epoch + 1, |n| n.max(epoch + 1)) as u64
-                    ),
-                });
+                return Err(self.fenced_by_newer(&job, &uid, epoch).await);
             }
             Err(e) => {
                 self.connection = None;
                 self.in_transaction = false;
-                return Err(db_error("recording the checkpoint in tidewater_commits", e));
+                let code = e
+                    .as_database_error()
+                    .and_then(|d| d.code())
+                    .map(|c| c.to_string());
+                match code.as_deref() {
+                    // A row of this checkpoint is committed: by a newer epoch.
+                    Some("23505") => return Err(self.fenced_by_newer(&job, &uid, epoch).await),
+                    Some(LOCK_NOT_AVAILABLE) => {
+                        return Err(self.lock_waited("tidewater_commits").await);
+                    }
+                    _ => return Err(db_error("recording the checkpoint in tidewater_commits", e)),
+                }
             }
         }
-        let gid = PostgresSink::gid(&job, &uid, subtask, checkpoint);
+        let gid = PostgresSink::gid(&job, &uid, subtask, checkpoint, self.ctx.epoch);
         self.run(&format!(
             "PREPARE TRANSACTION '{}'",
             gid.replace('\'', "''")
@@ -646,5 +753,25 @@ impl SinkWriter for PostgresWriter {
         .await?;
         self.in_transaction = false;
         Ok(Some(json!({ "gid": gid, "job": job })))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prepared_transaction_names_its_epoch() {
+        let gid = PostgresSink::gid("job:a", "out", 1, CheckpointId(12), Epoch(7));
+        assert_eq!(gid, "tw:job:a:out:1:12:e7");
+        let cases = [
+            (gid.as_str(), Some(7)),
+            ("tw:job:out:1:12", None),
+            ("tw:j:out:0:3:e", None),
+            ("tw:j:out:0:3:e18446744073709551615", Some(u64::MAX)),
+        ];
+        for (gid, epoch) in cases {
+            assert_eq!(gid_epoch(gid), epoch, "{gid}");
+        }
     }
 }

@@ -27,7 +27,7 @@ pub use operator::{OperatorMeter, PreAggregationPassesRowsOn};
 pub use restore::{
     CheckpointFallback, CheckpointRestored, RestoreChange, SourceStartsOver, StartedFresh,
 };
-pub use sink::{RowDeadLettered, SinkCommitted, SinkReverted};
+pub use sink::{CleanupFailed, RowDeadLettered, SinkCommitted, SinkReverted};
 pub use storage::{
     DirectWriteRefused, FileAlreadyPublished, FileCommitted, FileFinished, FileResumed,
     InputDeadLettered, LeftoverDeleted, PreparedCommitted, PreparedRolledBack, SourcePlanned,

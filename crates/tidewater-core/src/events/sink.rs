@@ -101,3 +101,26 @@ impl InternalEvent for RowDeadLettered<'_> {
         .increment(1);
     }
 }
+
+/// Staged work that no checkpoint will commit could not be discarded (a
+/// later restore discards it).
+#[derive(Debug)]
+pub struct CleanupFailed<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The sink.
+    pub uid: &'a str,
+    /// Why.
+    pub error: &'a crate::Error,
+}
+
+impl InternalEvent for CleanupFailed<'_> {
+    fn emit(self) {
+        warn!(
+            job = self.job,
+            sink = self.uid,
+            error = %self.error,
+            "could not discard staged work no checkpoint will commit; the next restore discards it"
+        );
+    }
+}

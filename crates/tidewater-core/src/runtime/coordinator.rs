@@ -17,8 +17,8 @@ use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, Ope
 use crate::checkpoint::{StateStore, restore};
 use crate::error::{Error, Result};
 use crate::events::{
-    CheckpointCompleted, CheckpointDeclined, CheckpointStarted, InternalEvent, RetentionFailed,
-    SavepointRequested, SinkCommitted,
+    CheckpointCompleted, CheckpointDeclined, CheckpointStarted, CleanupFailed, InternalEvent,
+    RetentionFailed, SavepointRequested, SinkCommitted,
 };
 use crate::failpoint;
 use crate::ids::{CheckpointId, Epoch};
@@ -93,10 +93,46 @@ pub(crate) struct Coordinator {
 impl Coordinator {
     pub async fn run(mut self) -> Result<Ending> {
         let result = self.run_inner().await;
-        if result.is_err() {
-            self.tasks.abort_all();
+        match &result {
+            Err(error) if error.superseded() => self.leave_to_successor().await,
+            Err(_) => self.tasks.abort_all(),
+            Ok(_) => {}
         }
         result
+    }
+
+    /// A superseded run stops its tasks and discards what its epoch
+    /// pre-committed, so that none of it waits for a restore that may be
+    /// long past (best effort: a successor's restore discards it too).
+    async fn leave_to_successor(&mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+        for (uid, sink) in &self.sinks {
+            if let Err(error) = sink.abort_epoch(self.store.job(), uid, self.epoch).await {
+                CleanupFailed {
+                    job: self.store.job(),
+                    uid,
+                    error: &error,
+                }
+                .emit();
+            }
+        }
+    }
+
+    /// After the final checkpoint every pre-commit of this run is
+    /// committed: what is staged now is an older run's, pre-committed after
+    /// this run restored (a paused worker that woke), and is discarded.
+    async fn discard_leftovers(&self) {
+        for (uid, sink) in &self.sinks {
+            if let Err(error) = sink.abort_uncommitted(self.store.job(), uid).await {
+                CleanupFailed {
+                    job: self.store.job(),
+                    uid,
+                    error: &error,
+                }
+                .emit();
+            }
+        }
     }
 
     async fn run_inner(&mut self) -> Result<Ending> {
@@ -193,6 +229,7 @@ impl Coordinator {
                                     }
                                     CheckpointKind::Final => {
                                         self.join_tasks().await?;
+                                        self.discard_leftovers().await;
                                         return Ok(Ending::Completed { last: id });
                                     }
                                 }
