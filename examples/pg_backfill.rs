@@ -65,8 +65,8 @@ struct Args {
     #[arg(long)]
     replica_url: Option<String>,
     /// How often the replica lag is read.
-    #[arg(long, default_value = "1s", value_parser = parse_interval)]
-    lag_poll_interval: Interval,
+    #[arg(long, default_value = "1s", value_parser = runner::parse_positive_duration)]
+    lag_poll_interval: Duration,
     /// Read at most this many rows per second (above 0).
     #[arg(long, value_parser = parse_rate)]
     rows_per_second: Option<f64>,
@@ -149,7 +149,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Some(url) => (url.as_str(), LagSource::Replica),
             None => (args.source_url.as_str(), LagSource::Primary),
         };
-        let poll = args.lag_poll_interval.0.unwrap_or(Duration::from_secs(1));
+        let poll = args.lag_poll_interval;
         rows = rows.throttle(ReplicaLagThrottle::new(url, at, high).poll_interval(poll));
     }
     if let Some(rate) = args.rows_per_second {

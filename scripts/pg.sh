@@ -41,9 +41,20 @@ wait_ready() {
   return 1
 }
 
+# One database the primary refuses to everyone (pg_hba `reject`), so that the
+# tests can check what a refused connection says.
+refuse_line="host tw_hba_refused all 127.0.0.1/32 reject"
+ensure_refusal() {
+  if ! grep -qxF "$refuse_line" "$dir/primary/pg_hba.conf"; then
+    sed -i "1i $refuse_line" "$dir/primary/pg_hba.conf"
+    as_pg "$BIN/pg_ctl" -D "$dir/primary" reload >/dev/null
+  fi
+}
+
 up() {
   BIN=$(bin_dir)
   if "$BIN/pg_isready" -q -h 127.0.0.1 -p "$primary_port" && "$BIN/pg_isready" -q -h 127.0.0.1 -p "$replica_port"; then
+    ensure_refusal
     echo "already running" >&2
     return 0
   fi
@@ -69,6 +80,7 @@ full_page_writes = off
 shared_buffers = 256MB
 CONF
   echo "host replication all 127.0.0.1/32 trust" >> "$dir/primary/pg_hba.conf"
+  sed -i "1i $refuse_line" "$dir/primary/pg_hba.conf"
   as_pg "$BIN/pg_ctl" -D "$dir/primary" -l "$dir/primary.log" -w start >/dev/null
   wait_ready "$primary_port"
   as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres -D "$dir/replica" \

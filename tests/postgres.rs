@@ -542,6 +542,22 @@ async fn a_connection_that_cannot_work_says_why_within_seconds() {
         absent.contains("database 'no_such_database_here' does not exist"),
         "{absent}"
     );
+    // A database the server's pg_hba.conf refuses (scripts/pg.sh sets one up).
+    let refused = with_database(&primary, "tw_hba_refused");
+    let refusal = PostgresSource::builder(&refused, "src", "id")
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refusal, tidewater::Error::InvalidConfig(_)),
+        "{refusal}"
+    );
+    let refusal = refusal.to_string();
+    assert!(
+        refusal.contains("does not let user 'postgres' into database 'tw_hba_refused'")
+            && refusal.contains("its pg_hba.conf needs an entry for this host, user and database"),
+        "{refusal}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(15),
         "took {:?}: the cause must come before any pool timeout",

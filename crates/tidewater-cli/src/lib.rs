@@ -21,3 +21,4 @@ pub mod runner;
 pub mod spec;
 #[cfg(feature = "specs")]
 pub mod supervise;
+pub mod volume;

@@ -24,9 +24,20 @@ pub fn parse_interval(text: &str) -> Result<Interval, String> {
     let interval = humantime::parse_duration(text)
         .map_err(|e| format!("'{text}' is not a duration like 500ms, 1s or 10s, nor 'off': {e}"))?;
     if interval.is_zero() {
-        return Err("the checkpoint interval must be above zero; use 'off' to disable".into());
+        return Err("a duration of zero means nothing here: give one above zero, or 'off'".into());
     }
     Ok(Interval(Some(interval)))
+}
+
+/// Parses a duration that must be above zero, `off` not allowed (a poll
+/// interval, a timeout).
+pub fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_interval(text)? {
+        Interval(Some(duration)) => Ok(duration),
+        Interval(None) => Err(format!(
+            "'{text}' cannot be turned off: give a duration above zero, like 1s"
+        )),
+    }
 }
 
 /// Parses a size such as `128MiB`, `64 MB` or `1048576` into bytes.
@@ -382,7 +393,21 @@ pub async fn run_job_with(
         crate::progress::finish_bar(bar);
     }
     hooks.ended(&outcome, &control.progress());
-    let outcome = outcome?;
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            let error = anyhow::Error::from(error);
+            if !is_disk_full(&error) {
+                return Err(error);
+            }
+            // The volumes and the checkpoint a rerun resumes from, which
+            // only this run knows.
+            let mut places: Vec<&str> = vec![reporting.state.as_str()];
+            places.extend(reporting.out.split(", "));
+            let last = control.progress().last_checkpoint;
+            return Err(anyhow::anyhow!(describe_disk_full(&error, &places, last)));
+        }
+    };
     if let Some(path) = &reporting.summary_json {
         let (name, summary) = match &outcome {
             Outcome::Completed(s) => ("completed", Some(s)),
@@ -479,13 +504,7 @@ pub fn describe_error(error: &anyhow::Error) -> String {
         }
         text.push_str(&words);
     }
-    let full = error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
-    }) || text.contains("No space left on device")
-        || text.contains("os error 28");
-    if full {
+    if is_disk_full(error) {
         text.push_str(
             ". The volume is full: free space there, or point --out and --state at another \
              volume; running the same command again resumes from the last completed checkpoint",
@@ -494,9 +513,84 @@ pub fn describe_error(error: &anyhow::Error) -> String {
     text
 }
 
+/// Whether a cause of `error` is a full disk.
+fn is_disk_full(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::StorageFull)
+            || cause.to_string().contains("No space left on device")
+            || cause.to_string().contains("os error 28")
+    })
+}
+
+/// The message of a run that filled its disk: the causes once each, the
+/// volumes of `places` (the state and the outputs) with their free space,
+/// and the checkpoint (`last`, 0: none) that running again resumes from.
+pub fn describe_disk_full(error: &anyhow::Error, places: &[&str], last: u64) -> String {
+    let causes = describe_error(error);
+    let causes = causes
+        .split(". The volume is full")
+        .next()
+        .unwrap_or(&causes);
+    let volumes = crate::volume::describe(places);
+    let resume = if last > 0 {
+        format!("checkpoint {last}")
+    } else {
+        "the start (no checkpoint was completed)".to_string()
+    };
+    let mut text = format!("{causes}. The disk is full");
+    if !volumes.is_empty() {
+        text.push_str(": ");
+        text.push_str(&volumes.join("; "));
+    }
+    text.push_str(&format!(
+        ". Free space there, or point --out and --state at another volume; running the same \
+         command again resumes from {resume}"
+    ));
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn meaningless_durations_sizes_and_counts_are_refused_with_what_to_give() {
+        assert_eq!(parse_interval("off").map(|i| i.0), Ok(None));
+        assert_eq!(
+            parse_interval("1s").map(|i| i.0),
+            Ok(Some(Duration::from_secs(1)))
+        );
+        assert_eq!(
+            parse_positive_duration("250ms"),
+            Ok(Duration::from_millis(250))
+        );
+        let refused: [(&str, Result<(), String>, &str); 6] = [
+            ("0s", parse_interval("0s").map(drop), "above zero, or 'off'"),
+            (
+                "soon",
+                parse_interval("soon").map(drop),
+                "not a duration like 500ms",
+            ),
+            (
+                "off",
+                parse_positive_duration("off").map(drop),
+                "cannot be turned off",
+            ),
+            (
+                "0ms",
+                parse_positive_duration("0ms").map(drop),
+                "above zero",
+            ),
+            ("0B", parse_size("0B").map(drop), "above zero"),
+            ("0", parse_at_least_one("0").map(drop), "at least 1"),
+        ];
+        for (text, got, says) in refused {
+            let why = got.expect_err(text);
+            assert!(why.contains(says), "{text}: {why}");
+        }
+    }
 
     #[derive(Debug)]
     struct Quoting(String, Option<Box<Quoting>>);
@@ -538,5 +632,32 @@ mod tests {
         let error =
             anyhow::Error::new(Quoting("bad table".into(), None)).context("opening --state x");
         assert_eq!(describe_error(&error), "opening --state x: bad table");
+    }
+
+    #[test]
+    fn a_full_disk_names_its_volume_and_the_checkpoint_a_rerun_resumes_from() {
+        let disk = "Unable to copy data to file: No space left on device (os error 28)";
+        let error = anyhow::Error::new(Quoting(
+            format!("storage: stage 'part-00003' failed: {disk}"),
+            Some(Box::new(Quoting(disk.into(), None))),
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out").display().to_string();
+        let text = describe_disk_full(&error, &[&out, "s3://bucket/state"], 12);
+        assert_eq!(text.matches("No space left on device").count(), 1, "{text}");
+        assert!(
+            text.contains("The disk is full: the volume mounted at "),
+            "{text}"
+        );
+        assert!(text.contains(&format!("holds {out} (")), "{text}");
+        assert!(
+            text.ends_with("running the same command again resumes from checkpoint 12"),
+            "{text}"
+        );
+        let fresh = describe_disk_full(&error, &[], 0);
+        assert!(
+            fresh.ends_with("resumes from the start (no checkpoint was completed)"),
+            "{fresh}"
+        );
     }
 }

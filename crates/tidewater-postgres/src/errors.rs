@@ -77,10 +77,12 @@ fn explain_connect(
             "database '{database}' does not exist on {host}:{port}: create it, or fix the \
              database in the URL"
         )),
-        Some("28000") => Some(format!(
-            "the server at {host}:{port} does not let user '{user}' into database '{database}' \
-             ({error}); its pg_hba.conf needs an entry for this host, user and database (or the \
-             connection must use TLS)"
+        Some("28000") => Some(refused_by_pg_hba(
+            host,
+            port,
+            user,
+            database,
+            &error.to_string(),
         )),
         _ => None,
     };
@@ -88,6 +90,24 @@ fn explain_connect(
         Some(message) => Error::InvalidConfig(format!("PostgreSQL, {what}: {message}")),
         None => db_error(&format!("connecting {what} to {host}:{port}"), error),
     }
+}
+
+/// Why the server's pg_hba.conf refused the connection (SQLSTATE 28000),
+/// from the server's `message`: a TLS requirement is named as such.
+fn refused_by_pg_hba(host: &str, port: u16, user: &str, database: &str, message: &str) -> String {
+    if message.contains("no pg_hba.conf entry") && message.contains("no encryption") {
+        return format!(
+            "the server at {host}:{port} has no pg_hba.conf entry that lets user '{user}' into \
+             database '{database}' without TLS, and this build connects without TLS: if the \
+             server takes these connections only over TLS (`hostssl`), connect through a proxy \
+             that terminates TLS or add a `host` entry for this host; otherwise add an entry \
+             for this host, user and database"
+        );
+    }
+    format!(
+        "the server at {host}:{port} does not let user '{user}' into database '{database}' \
+         ({message}); its pg_hba.conf needs an entry for this host, user and database"
+    )
 }
 
 /// A mistake in the configuration or the data: say what to fix.
@@ -148,4 +168,34 @@ pub fn is_undefined_object(error: &sqlx::Error) -> bool {
         .as_database_error()
         .and_then(|d| d.code())
         .is_some_and(|c| c == "42704")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::refused_by_pg_hba;
+
+    #[test]
+    fn a_pg_hba_refusal_says_whether_tls_is_what_is_missing() {
+        let tls = refused_by_pg_hba(
+            "db",
+            5432,
+            "app",
+            "prod",
+            "no pg_hba.conf entry for host \"10.0.0.5\", user \"app\", database \"prod\", no encryption",
+        );
+        assert!(tls.contains("without TLS"), "{tls}");
+        assert!(tls.contains("hostssl"), "{tls}");
+        let other = refused_by_pg_hba(
+            "db",
+            5432,
+            "app",
+            "prod",
+            "pg_hba.conf rejects connection for host \"10.0.0.5\", user \"app\", database \"prod\", no encryption",
+        );
+        assert!(
+            other.contains("needs an entry for this host, user and database"),
+            "{other}"
+        );
+        assert!(!other.contains("TLS"), "{other}");
+    }
 }

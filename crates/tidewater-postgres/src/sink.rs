@@ -276,6 +276,9 @@ impl Sink for PostgresSink {
     }
 }
 
+/// How often an upsert is tried again after a dropped connection.
+const WRITE_RETRIES: u32 = 5;
+
 /// How long a writer's transaction waits for a row lock.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
@@ -573,17 +576,20 @@ impl PostgresWriter {
             match self.insert(batch).await {
                 Ok(()) => return Ok(()),
                 // Upserts are idempotent: after a dropped connection, write again.
-                Err(e) if is_connection_error(&e) && attempt < 5 => {
+                Err(e) if is_connection_error(&e) && attempt < WRITE_RETRIES => {
                     attempt += 1;
                     self.connection = None;
+                    let backoff = Duration::from_millis(100 * 2u64.pow(attempt));
                     ConnectionRetried {
                         what: "postgres sink",
                         target: &self.sink.table,
                         attempt,
+                        of: WRITE_RETRIES,
+                        backoff,
                         error: &e.to_string(),
                     }
                     .emit();
-                    tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
+                    tokio::time::sleep(backoff).await;
                 }
                 Err(e) if is_row_error(&e) && self.sink.max_bad_rows > 0 => {
                     return self.insert_row_by_row(batch).await;

@@ -404,14 +404,17 @@ impl SplitReader for PostgresReader {
                 // Reads are idempotent: on a dropped connection, read again.
                 Err(e) if is_connection_error(&e) && attempt < READ_RETRIES => {
                     attempt += 1;
+                    let backoff = Duration::from_millis(100 * 2u64.pow(attempt));
                     ConnectionRetried {
                         what: "postgres source",
                         target: &self.source.table,
                         attempt,
+                        of: READ_RETRIES,
+                        backoff,
                         error: &e.to_string(),
                     }
                     .emit();
-                    tokio::time::sleep(Duration::from_millis(100 * 2u64.pow(attempt))).await;
+                    tokio::time::sleep(backoff).await;
                 }
                 Err(e) => return Err(db_error(&format!("reading '{}'", self.source.table), e)),
             }

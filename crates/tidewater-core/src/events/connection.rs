@@ -14,6 +14,10 @@ pub struct ConnectionRetried<'a> {
     pub target: &'a str,
     /// The attempt that failed, from 1.
     pub attempt: u32,
+    /// How many retries there are before the error fails the run.
+    pub of: u32,
+    /// The wait before this retry.
+    pub backoff: std::time::Duration,
     /// Why.
     pub error: &'a str,
 }
@@ -25,8 +29,12 @@ impl InternalEvent for ConnectionRetried<'_> {
             target = self.target,
             attempt = self.attempt,
             error = self.error,
-            "{} connection lost; retrying",
-            self.what
+            "{} connection lost; retry {} of {} in {:?}, then the run fails and restarts from \
+             its last checkpoint (up to the job's max_restarts)",
+            self.what,
+            self.attempt,
+            self.of,
+            self.backoff
         );
         counter!("tidewater_connection_retries_total", "what" => self.what.to_string())
             .increment(1);
