@@ -403,7 +403,13 @@ pub async fn run_job_with(
             // The volumes and the checkpoint a rerun resumes from, which
             // only this run knows.
             let mut places: Vec<&str> = vec![reporting.state.as_str()];
-            places.extend(reporting.out.split(", "));
+            // `out` names tables too (`table dst`), which are on no local volume.
+            places.extend(
+                reporting
+                    .out
+                    .split(", ")
+                    .filter(|o| !o.starts_with("table ")),
+            );
             let last = control.progress().last_checkpoint;
             return Err(anyhow::anyhow!(describe_disk_full(&error, &places, last)));
         }
