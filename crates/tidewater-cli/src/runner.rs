@@ -510,7 +510,8 @@ pub fn describe_error(error: &anyhow::Error) -> String {
         }
         text.push_str(&words);
     }
-    if is_disk_full(error) {
+    // A message that says so already (`describe_disk_full`) is kept as it is.
+    if is_disk_full(error) && !text.contains("The disk is full") {
         text.push_str(
             ". The volume is full: free space there, or point --out and --state at another \
              volume; running the same command again resumes from the last completed checkpoint",

@@ -36,7 +36,7 @@ fn existing_local(place: &str) -> Option<PathBuf> {
 }
 
 /// One line per volume that holds one of `places`: its mount point, the
-/// places on it, and its free space.
+/// places on it, and its free space; the fullest first.
 pub fn describe(places: &[&str]) -> Vec<String> {
     let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     let mut volumes: Vec<(PathBuf, Vec<String>, Option<u64>)> = Vec::new();
@@ -50,6 +50,7 @@ pub fn describe(places: &[&str]) -> Vec<String> {
             None => volumes.push((point, vec![place.to_string()], free_bytes(&dir))),
         }
     }
+    volumes.sort_by_key(|(_, _, free)| free.unwrap_or(u64::MAX));
     volumes
         .into_iter()
         .map(|(point, on, free)| {

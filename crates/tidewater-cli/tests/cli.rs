@@ -1481,3 +1481,82 @@ fn paused_postgres_to_postgres_workers_are_fenced_and_the_table_is_exact() {
         }
     });
 }
+
+/// A tmpfs of `size` mounted at `at` (root only: `None` elsewhere).
+fn tmpfs(at: &Path, size: &str) -> Option<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small volume needs root");
+        return None;
+    }
+    std::fs::create_dir_all(at).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(at)
+        .status()
+        .expect("running mount");
+    assert!(mounted.success(), "mount -t tmpfs failed");
+    Some(())
+}
+
+#[test]
+fn a_full_disk_names_the_volume_and_the_same_command_resumes_once_there_is_room() {
+    let folder = Folder::new();
+    let out = folder.path("small");
+    if tmpfs(&out, "8m").is_none() {
+        return;
+    }
+    let unmount = || {
+        let _ = Command::new("umount").arg(&out).status();
+    };
+    let spec = folder.write(
+        "job.toml",
+        &copy_spec(
+            4_000_000,
+            100,
+            &folder.s("state"),
+            &out.display().to_string(),
+        )
+        .replace("name = \"copy\"", "name = \"fills-its-disk\""),
+    );
+    let started = std::time::Instant::now();
+    let full = run(&spec, &["--progress", "off"]);
+    // The error, not the restarts logged before it.
+    let said = stderr(&full)
+        .lines()
+        .rfind(|l| l.starts_with("error: "))
+        .unwrap_or_default()
+        .to_string();
+    let result = std::panic::catch_unwind(|| {
+        assert_eq!(full.status.code(), Some(1), "{}", text(&full));
+        assert!(
+            said.contains(&format!(
+                "The disk is full: the volume mounted at {} holds ",
+                out.display()
+            )),
+            "{said}"
+        );
+        assert!(said.contains("B free)"), "{said}");
+        assert_eq!(said.matches("No space left on device").count(), 1, "{said}");
+        assert_eq!(said.matches("Free space there").count(), 1, "{said}");
+        assert!(
+            said.contains("running the same command again resumes from "),
+            "{said}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(60), "{said}");
+        // Room again: the same command resumes and nothing is lost.
+        let grown = Command::new("mount")
+            .args(["-o", "remount,size=200m"])
+            .arg(&out)
+            .status()
+            .unwrap();
+        assert!(grown.success());
+        let again = run(&spec, &["--progress", "off"]);
+        assert!(again.status.success(), "{}", text(&again));
+        assert_copy_output(&out, 4_000_000, 100);
+    });
+    unmount();
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
