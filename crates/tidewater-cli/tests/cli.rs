@@ -1110,60 +1110,21 @@ fn an_idempotency_key_returns_the_first_job_instead_of_a_second() {
     assert!(!folder.path("out2").exists(), "a second job ran");
 }
 
-#[test]
-fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() {
+/// A cancel from another process, mid-run: the rate-limited copy job
+/// `name` (1M rows) is started with `--summary-json`, and once past its first
+/// checkpoint `tidewater cancel NAME CANCEL_ARGS` is run, which must print
+/// `cancel_says`; the run must then stop with exit 3, saying `run_says`.
+/// Returns the job's folder (with `summary.json`) and its spec.
+fn cancelled_mid_run(
+    name: &str,
+    cancel_args: &[&str],
+    cancel_says: &str,
+    run_says: &str,
+) -> (Folder, PathBuf) {
     let store = test_store();
     let folder = Folder::new();
     let spec = copy_spec(1_000_000, 100, &folder.s("state"), &folder.s("out"))
-        .replace("name = \"copy\"", "name = \"cancel-me\"")
-        .replace(
-            "batch_rows = 4096",
-            "batch_rows = 4096\nrate_limit = 200_000",
-        );
-    let spec = folder.write("job.toml", &spec);
-    let mut child = spawn_run(&spec, &["--progress", "off"]);
-    wait_for_status("cancel-me", &store, "past its first checkpoint", |s| {
-        s["progress"]["last_checkpoint"].as_u64() > Some(0)
-    });
-    let cancel = tidewater().args(["cancel", "cancel-me"]).output().unwrap();
-    assert!(cancel.status.success(), "{}", text(&cancel));
-    assert!(
-        String::from_utf8_lossy(&cancel.stdout).contains("is CANCELLING"),
-        "{}",
-        text(&cancel)
-    );
-    wait_or_kill(&mut child, Duration::from_secs(60)).expect("the run stops");
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(3), "{}", text(&output));
-    assert!(
-        stderr(&output).contains("cancelled in the job store"),
-        "{}",
-        text(&output)
-    );
-    let cancelled = status("cancel-me", &store);
-    assert_eq!(cancelled["state"], "CANCELLED", "{cancelled}");
-    // Its stored spec, from the store alone.
-    std::fs::remove_file(&spec).unwrap();
-    let resumed = tidewater()
-        .args(["resume", "cancel-me", "--progress", "off"])
-        .output()
-        .unwrap();
-    assert!(resumed.status.success(), "{}", text(&resumed));
-    assert!(
-        String::from_utf8_lossy(&resumed.stdout).contains("resumed from checkpoint"),
-        "{}",
-        text(&resumed)
-    );
-    assert_copy_output(&folder.path("out"), 1_000_000, 100);
-    assert_eq!(status("cancel-me", &store)["state"], "SUCCEEDED");
-}
-
-#[test]
-fn cancel_with_discard_stops_without_a_savepoint_and_resume_continues_from_the_last_checkpoint() {
-    let store = test_store();
-    let folder = Folder::new();
-    let spec = copy_spec(1_000_000, 100, &folder.s("state"), &folder.s("out"))
-        .replace("name = \"copy\"", "name = \"discard-me\"")
+        .replace("name = \"copy\"", &format!("name = \"{name}\""))
         .replace(
             "batch_rows = 4096",
             "batch_rows = 4096\nrate_limit = 200_000",
@@ -1171,26 +1132,61 @@ fn cancel_with_discard_stops_without_a_savepoint_and_resume_continues_from_the_l
     let spec = folder.write("job.toml", &spec);
     let summary = folder.s("summary.json");
     let mut child = spawn_run(&spec, &["--progress", "off", "--summary-json", &summary]);
-    wait_for_status("discard-me", &store, "past its first checkpoint", |s| {
+    wait_for_status(name, &store, "past its first checkpoint", |s| {
         s["progress"]["last_checkpoint"].as_u64() > Some(0)
     });
     let cancel = tidewater()
-        .args(["cancel", "discard-me", "--discard"])
+        .args(["cancel", name])
+        .args(cancel_args)
         .output()
         .unwrap();
     assert!(cancel.status.success(), "{}", text(&cancel));
     assert!(
-        String::from_utf8_lossy(&cancel.stdout).contains("without a savepoint"),
+        String::from_utf8_lossy(&cancel.stdout).contains(cancel_says),
         "{}",
         text(&cancel)
     );
     wait_or_kill(&mut child, Duration::from_secs(60)).expect("the run stops");
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(3), "{}", text(&output));
-    assert!(
-        stderr(&output).contains("cancelled without a savepoint"),
-        "{}",
-        text(&output)
+    assert!(stderr(&output).contains(run_says), "{}", text(&output));
+    assert_eq!(status(name, &store)["state"], "CANCELLED");
+    (folder, spec)
+}
+
+/// `tidewater resume NAME`, which must succeed; its stdout.
+fn resume(name: &str) -> String {
+    let resumed = tidewater()
+        .args(["resume", name, "--progress", "off"])
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    String::from_utf8_lossy(&resumed.stdout).into_owned()
+}
+
+#[test]
+fn cancel_from_another_process_takes_a_savepoint_and_resume_continues_from_it() {
+    let (folder, spec) = cancelled_mid_run(
+        "cancel-me",
+        &[],
+        "is CANCELLING",
+        "cancelled in the job store",
+    );
+    // Its stored spec, from the store alone.
+    std::fs::remove_file(&spec).unwrap();
+    let said = resume("cancel-me");
+    assert!(said.contains("resumed from checkpoint"), "{said}");
+    assert_copy_output(&folder.path("out"), 1_000_000, 100);
+    assert_eq!(status("cancel-me", &test_store())["state"], "SUCCEEDED");
+}
+
+#[test]
+fn cancel_with_discard_stops_without_a_savepoint_and_resume_continues_from_the_last_checkpoint() {
+    let (folder, _) = cancelled_mid_run(
+        "discard-me",
+        &["--discard"],
+        "without a savepoint",
+        "cancelled without a savepoint",
     );
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(folder.path("summary.json")).unwrap()).unwrap();
@@ -1202,12 +1198,7 @@ fn cancel_with_discard_stops_without_a_savepoint_and_resume_continues_from_the_l
         .map(|c| c["kind"].as_str().unwrap())
         .collect();
     assert!(kinds.iter().all(|k| *k == "periodic"), "{kinds:?}");
-    assert_eq!(status("discard-me", &store)["state"], "CANCELLED");
-    let resumed = tidewater()
-        .args(["resume", "discard-me", "--progress", "off"])
-        .output()
-        .unwrap();
-    assert!(resumed.status.success(), "{}", text(&resumed));
+    resume("discard-me");
     assert_copy_output(&folder.path("out"), 1_000_000, 100);
 }
 

@@ -29,12 +29,12 @@ impl InternalEvent for ConnectionRetried<'_> {
             target = self.target,
             attempt = self.attempt,
             error = self.error,
-            "{} connection lost; retry {} of {} in {:?}, then the run fails and restarts from \
-             its last checkpoint (up to the job's max_restarts)",
+            "{} connection lost; retrying in {:?} (retry {} of {}; after that the run fails \
+             and restarts from its last checkpoint, up to the job's max_restarts)",
             self.what,
+            self.backoff,
             self.attempt,
-            self.of,
-            self.backoff
+            self.of
         );
         counter!("tidewater_connection_retries_total", "what" => self.what.to_string())
             .increment(1);
