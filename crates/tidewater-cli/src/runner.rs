@@ -411,7 +411,7 @@ pub async fn run_job_with(
                     .filter(|o| !o.starts_with("table ")),
             );
             let last = control.progress().last_checkpoint;
-            return Err(anyhow::anyhow!(describe_disk_full(&error, &places, last)));
+            return Err(DiskFull(describe_disk_full(&error, &places, last)).into());
         }
     };
     if let Some(path) = &reporting.summary_json {
@@ -494,6 +494,22 @@ pub fn exit_code(result: anyhow::Result<ExitCode>) -> ExitCode {
 /// quotes the object store's error, which quotes the file system's) is not
 /// repeated. A full disk gets the remedy.
 pub fn describe_error(error: &anyhow::Error) -> String {
+    // Said in full already, by the run that knew its volumes.
+    if let Some(full) = error.downcast_ref::<DiskFull>() {
+        return full.0.clone();
+    }
+    let mut text = causes_once(error);
+    if is_disk_full(error) {
+        text.push_str(
+            ". The volume is full: free space there, or point --out and --state at another \
+             volume; running the same command again resumes from the last completed checkpoint",
+        );
+    }
+    text
+}
+
+/// The causes of `error`, outermost first, each said once.
+fn causes_once(error: &anyhow::Error) -> String {
     let mut text = String::new();
     for cause in error.chain() {
         let words = cause.to_string();
@@ -510,15 +526,20 @@ pub fn describe_error(error: &anyhow::Error) -> String {
         }
         text.push_str(&words);
     }
-    // A message that says so already (`describe_disk_full`) is kept as it is.
-    if is_disk_full(error) && !text.contains("The disk is full") {
-        text.push_str(
-            ". The volume is full: free space there, or point --out and --state at another \
-             volume; running the same command again resumes from the last completed checkpoint",
-        );
-    }
     text
 }
+
+/// A run that filled its disk, said in full ([`describe_disk_full`]).
+#[derive(Debug)]
+pub struct DiskFull(pub String);
+
+impl std::fmt::Display for DiskFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DiskFull {}
 
 /// Whether a cause of `error` is a full disk.
 fn is_disk_full(error: &anyhow::Error) -> bool {
@@ -535,11 +556,7 @@ fn is_disk_full(error: &anyhow::Error) -> bool {
 /// volumes of `places` (the state and the outputs) with their free space,
 /// and the checkpoint (`last`, 0: none) that running again resumes from.
 pub fn describe_disk_full(error: &anyhow::Error, places: &[&str], last: u64) -> String {
-    let causes = describe_error(error);
-    let causes = causes
-        .split(". The volume is full")
-        .next()
-        .unwrap_or(&causes);
+    let causes = causes_once(error);
     let volumes = crate::volume::describe(places);
     let resume = if last > 0 {
         format!("checkpoint {last}")

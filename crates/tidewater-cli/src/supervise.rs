@@ -278,11 +278,16 @@ impl RunHooks for Supervised {
     }
 }
 
+/// This machine's clock, in ms since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 /// What a heartbeat reports of `p`.
 fn report(p: &ProgressSnapshot, rate: Option<f64>) -> Report {
-    let now_ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
+    let now_ms = now_ms();
     Report {
         rows_done: p.rows_read,
         rows_total: (p.rows_total > 0).then_some(p.rows_total),

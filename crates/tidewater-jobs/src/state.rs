@@ -108,6 +108,19 @@ impl JobState {
         JobState::Cancelled,
     ];
 
+    /// Whether a worker holds (or may still hold) the job: RUNNING or CANCELLING.
+    pub fn has_worker(self) -> bool {
+        matches!(self, JobState::Running | JobState::Cancelling)
+    }
+
+    /// Whether the job ended: SUCCEEDED, FAILED or CANCELLED.
+    pub fn has_ended(self) -> bool {
+        matches!(
+            self,
+            JobState::Succeeded | JobState::Failed | JobState::Cancelled
+        )
+    }
+
     /// The name stored and shown: `RUNNING`.
     pub fn as_str(self) -> &'static str {
         match self {

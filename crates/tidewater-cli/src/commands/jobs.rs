@@ -3,11 +3,11 @@
 //! PostgreSQL store, from any machine).
 
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tidewater_jobs::{JobRecord, JobState};
 
-use crate::supervise::StoreArgs;
+use crate::supervise::{StoreArgs, now_ms};
 
 /// List the jobs in the job store, newest first.
 #[derive(Debug, clap::Args)]
@@ -134,12 +134,6 @@ fn rows(job: &JobRecord) -> String {
     }
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// How long ago `ms` was, rounded for reading.
 fn age(ms: i64) -> String {
     let seconds = (now_ms() - ms).max(0) as u64 / 1000;
@@ -163,7 +157,7 @@ pub fn describe(job: &JobRecord) -> String {
         (Some(id), Some(at)) => out += &format!("  checkpoint:  #{id}, {} ago\n", age(at)),
         _ => out += "  checkpoint:  none yet\n",
     }
-    if job.state == JobState::Running || job.state == JobState::Cancelling {
+    if job.state.has_worker() {
         out += &format!(
             "  exposure:    {} rows, {:.1}s since the last checkpoint (what a crash now would redo)\n",
             p.exposure_rows,

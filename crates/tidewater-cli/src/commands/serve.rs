@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use anyhow::Context;
 use tidewater_core::events::InternalEvent;
@@ -18,7 +18,7 @@ use tidewater_jobs::{JobId, JobRecord, JobState};
 use tokio::process::{Child, Command};
 
 use crate::events::{WorkerExited, WorkerStarted};
-use crate::supervise::StoreArgs;
+use crate::supervise::{StoreArgs, now_ms};
 
 /// Where `serve` listens without --http.
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7373";
@@ -176,12 +176,6 @@ fn spawn_worker(command: &ServeCommand, id: JobId) -> std::io::Result<Child> {
         .env_remove("TIDEWATER_HTTP_TOKEN")
         .stdin(std::process::Stdio::null())
         .spawn()
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

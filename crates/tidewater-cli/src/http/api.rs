@@ -367,7 +367,7 @@ async fn cancel_job(
         (status = 202, description = "Accepted: the job (new, or the one of this key); `Location` is its resource", body = JobView,
             headers(
                 ("Location" = String, description = "The job's resource"),
-                ("Retry-After" = String, description = "Seconds until it is worth asking again"),
+                ("Retry-After" = String, description = "Seconds until it is worth asking again, while the job is in progress"),
             )),
         (status = 400, description = "The spec does not validate: each problem at its line, as `tidewater validate` reports them", body = ApiError),
         (status = 401, description = "The server's token is missing or wrong", body = ApiError),
@@ -435,12 +435,7 @@ async fn submit_job(
         })
         .await?;
     let job = view(&api, submitted.job().id).await?;
-    let mut response = job_response(StatusCode::ACCEPTED, job);
-    response.headers_mut().insert(
-        header::RETRY_AFTER,
-        HeaderValue::from_static(RETRY_AFTER_SECONDS),
-    );
-    Ok(response)
+    Ok(job_response(StatusCode::ACCEPTED, job))
 }
 
 async fn openapi() -> Response {

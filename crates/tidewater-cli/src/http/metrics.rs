@@ -62,7 +62,7 @@ pub fn record_jobs(jobs: &[JobRecord]) {
     for job in jobs {
         let labels = [("job", job.name.clone()), ("id", job.id.to_string())];
         let p = &job.progress;
-        let running = matches!(job.state, JobState::Running | JobState::Cancelling);
+        let running = job.state.has_worker();
         metrics::gauge!("tidewater_job_rows_done", &labels).set(p.rows_done as f64);
         metrics::gauge!("tidewater_job_rows_total", &labels).set(p.rows_total.unwrap_or(0) as f64);
         metrics::gauge!("tidewater_job_rows_per_second", &labels)

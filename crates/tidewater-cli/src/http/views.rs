@@ -172,7 +172,7 @@ impl JobView {
     /// The view of `job`; `last` is its newest recorded checkpoint.
     pub fn of(job: &JobRecord, last: Option<&CheckpointRecord>) -> JobView {
         let p = &job.progress;
-        let running = matches!(job.state, JobState::Running | JobState::Cancelling);
+        let running = job.state.has_worker();
         let last_checkpoint = p.last_checkpoint.map(|id| {
             let recorded = last.filter(|c| c.id == id);
             LastCheckpointView {
@@ -217,7 +217,9 @@ impl JobView {
 
     /// Whether the job may still change by itself: a client should poll again.
     pub fn in_progress(&self) -> bool {
-        matches!(self.state.as_str(), "QUEUED" | "RUNNING" | "CANCELLING")
+        self.state
+            .parse::<JobState>()
+            .is_ok_and(|state| !state.has_ended())
     }
 }
 

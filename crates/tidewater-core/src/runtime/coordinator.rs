@@ -50,7 +50,6 @@ struct InFlight {
     kind: CheckpointKind,
     pending: usize,
     started: Instant,
-    triggered_at_ms: u64,
     phases: CheckpointPhases,
     manifest: Manifest,
     rows_read_in_run: u64,
@@ -105,8 +104,7 @@ impl Coordinator {
     /// pre-committed, so that none of it waits for a restore that may be
     /// long past (best effort: a successor's restore discards it too).
     async fn leave_to_successor(&mut self) {
-        self.tasks.abort_all();
-        while self.tasks.join_next().await.is_some() {}
+        self.stop_tasks().await;
         for (uid, sink) in &self.sinks {
             if let Err(error) = sink.abort_epoch(self.store.job(), uid, self.epoch).await {
                 CleanupFailed {
@@ -249,14 +247,19 @@ impl Coordinator {
         }
     }
 
+    /// Aborts every task and waits until each stopped (an aborted task
+    /// stops at its next await), so that no writer pre-commits anything
+    /// after what the caller does next.
+    async fn stop_tasks(&mut self) {
+        self.tasks.abort_all();
+        while self.tasks.join_next().await.is_some() {}
+    }
+
     /// Stops every task, then aborts the sinks' pre-committed work that no
     /// completed checkpoint refers to (every completed one is committed:
     /// [`Coordinator::complete`] commits before it returns).
     async fn discard(&mut self) -> Result<Ending> {
-        self.tasks.abort_all();
-        // An aborted task stops at its next await: wait, so that no writer
-        // prepares anything after the abort below.
-        while self.tasks.join_next().await.is_some() {}
+        self.stop_tasks().await;
         for (uid, sink) in &self.sinks {
             sink.abort_uncommitted(self.store.job(), uid)
                 .await
@@ -307,7 +310,6 @@ impl Coordinator {
             kind,
             pending: self.task_count,
             started: Instant::now(),
-            triggered_at_ms: created_at_ms,
             phases: CheckpointPhases::default(),
             rows_read_in_run: 0,
             bytes: 0,
@@ -373,7 +375,7 @@ impl Coordinator {
             kind: manifest.kind,
             duration: took,
             state_bytes: flight.bytes,
-            triggered_at_ms: flight.triggered_at_ms,
+            triggered_at_ms: manifest.created_at_ms,
             phases,
         };
         self.progress

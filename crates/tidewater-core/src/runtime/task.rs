@@ -51,7 +51,7 @@ pub(crate) struct Ack {
     pub result: Result<AckData>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct AckData {
     pub blobs: Vec<BlobRecord>,
     pub commits: Vec<CommitHandle>,
@@ -70,16 +70,6 @@ pub(crate) struct TaskTiming {
     pub snapshot: Duration,
     /// Encoding and uploading its state.
     pub upload: Duration,
-}
-
-impl Default for TaskTiming {
-    fn default() -> Self {
-        TaskTiming {
-            began: Instant::now(),
-            snapshot: Duration::ZERO,
-            upload: Duration::ZERO,
-        }
-    }
 }
 
 /// Where a chain's output goes.

@@ -512,8 +512,7 @@ impl JobStore for SqlStore {
 
     async fn forget(&self, id: JobId) -> Result<(), StoreError> {
         let job = self.get(id).await?;
-        let ended = [JobState::Succeeded, JobState::Failed, JobState::Cancelled];
-        if !ended.contains(&job.state) {
+        if !job.state.has_ended() {
             return Err(StoreError::Illegal {
                 id,
                 source: crate::state::IllegalTransition {
@@ -522,21 +521,25 @@ impl JobStore for SqlStore {
                 },
             });
         }
-        self.retrying(|| {
-            sqlx::query("DELETE FROM tidewater_checkpoints WHERE job_id = $1")
-                .bind(id)
-                .execute(&self.pool)
-        })
-        .await
-        .map_err(query_error("forgetting a job's checkpoints"))?;
-        self.retrying(|| {
-            sqlx::query("DELETE FROM tidewater_jobs WHERE id = $1 AND state = $2")
-                .bind(id)
-                .bind(job.state.as_str())
-                .execute(&self.pool)
-        })
-        .await
-        .map_err(query_error("forgetting a job"))?;
+        let deleted = self
+            .retrying(|| {
+                sqlx::query("DELETE FROM tidewater_jobs WHERE id = $1 AND state = $2")
+                    .bind(id)
+                    .bind(job.state.as_str())
+                    .execute(&self.pool)
+            })
+            .await
+            .map_err(query_error("forgetting a job"))?;
+        // Its checkpoints only once the job is gone: a job that moved on meanwhile keeps them.
+        if deleted.rows_affected() == 1 {
+            self.retrying(|| {
+                sqlx::query("DELETE FROM tidewater_checkpoints WHERE job_id = $1")
+                    .bind(id)
+                    .execute(&self.pool)
+            })
+            .await
+            .map_err(query_error("forgetting a job's checkpoints"))?;
+        }
         Ok(())
     }
 
