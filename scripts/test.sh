@@ -4,9 +4,11 @@
 #   bash scripts/test.sh
 #
 # Needs the Rust toolchain (cargo, rustfmt, clippy), a C compiler and Python 3
-# with pip; installs PostgreSQL and tmux from Debian's packages, and moto (an S3
-# server) and schemathesis (an API tester) from PyPI when missing, and starts a throwaway primary, streaming replica
-# and S3 server on loopback for the connector tests.
+# with pip, and Node.js with npm; installs PostgreSQL, tmux and chromium from
+# Debian's packages, moto (an S3 server) and schemathesis (an API tester) from
+# PyPI, and playwright-core (a browser driver) from the npm registry when
+# missing, and starts a throwaway primary, streaming replica and S3 server on
+# loopback for the connector tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +46,9 @@ cargo test --workspace --all-features
 
 step "the HTTP API against its OpenAPI document (schemathesis, 60 s)"
 bash scripts/api-check.sh 60
+
+step "the dashboard in a real browser (Debian's chromium, playwright-core)"
+bash scripts/browser-check.sh
 
 step "examples that check themselves"
 cargo run --quiet --example dedup

@@ -194,6 +194,23 @@ impl InternalEvent for CheckpointsNotRecorded<'_> {
     }
 }
 
+/// A sample of the run's figures could not be written to the job store
+/// (the dashboard's charts miss a point; the run goes on).
+#[derive(Debug)]
+pub struct SampleNotRecorded<'a> {
+    /// Why.
+    pub error: &'a (dyn std::error::Error + 'a),
+}
+
+impl InternalEvent for SampleNotRecorded<'_> {
+    fn emit(self) {
+        warn!(
+            "cannot record a sample in the job store: {}; trying again at the next heartbeat",
+            self.error
+        );
+    }
+}
+
 /// The heartbeat renewed the lease.
 #[derive(Debug)]
 pub struct LeaseRenewed {

@@ -11,12 +11,12 @@ use tidewater_core::events::InternalEvent;
 use tidewater_core::{JobControl, Outcome, ProgressSnapshot};
 use tidewater_jobs::{
     CheckpointRecord, Ending, Heartbeat, JobError, JobRecord, JobStore, LeaseClock, NewJob, Owner,
-    Report, StoreError, Submitted,
+    Report, Sample, StoreError, Submitted,
 };
 
 use crate::events::{
     CancelSeen, CheckpointsNotRecorded, JobEndNotRecorded, LeaseLost, LeaseRenewFailed,
-    LeaseRenewed, LeaseTaken,
+    LeaseRenewed, LeaseTaken, SampleNotRecorded,
 };
 use crate::progress::{RecentRate, eta_seconds};
 use crate::runner::RunHooks;
@@ -178,6 +178,31 @@ async fn record_checkpoints(
     }
 }
 
+/// What the run of `epoch` reports of `p` for the dashboard's charts.
+fn sample(p: &ProgressSnapshot, epoch: u64, rate: Option<f64>) -> Sample {
+    let live = tidewater_core::events::live::replica_lag;
+    Sample {
+        epoch,
+        at_ms: now_ms(),
+        rows_done: p.rows_read,
+        rows_per_second: rate,
+        exposure_rows: p.exposure_rows,
+        exposure_ms: p.exposure.as_millis() as u64,
+        throttle: (!p.throttled_by.is_empty()).then(|| p.throttled_by.join(", ")),
+        replica_lag_ms: live().map(|lag| lag.as_millis() as u64),
+        rows_dead_lettered: tidewater_core::events::live::rows_dead_lettered(),
+        restored_from: p.restored_from,
+        fallbacks: p.fallbacks,
+    }
+}
+
+/// Records a sample, reporting (not failing on) a store that refuses it.
+async fn record_sample(store: &dyn JobStore, id: tidewater_jobs::JobId, sample: &Sample) {
+    if let Err(e) = store.record_sample(id, sample).await {
+        SampleNotRecorded { error: &e }.emit();
+    }
+}
+
 /// How often the heartbeat renews the lease and reports: a quarter of the
 /// ttl, and at least every 2 s so that `status` and cancels are prompt.
 fn heartbeat_interval(ttl: Duration) -> Duration {
@@ -207,6 +232,7 @@ impl Supervised {
         if let Some(control) = &self.control {
             let (id, epoch) = (self.job.id, self.job.epoch);
             record_checkpoints(&*self.store, control, id, epoch, &self.recorded).await;
+            record_sample(&*self.store, id, &sample(&control.progress(), epoch, None)).await;
         }
         match self
             .store
@@ -229,6 +255,7 @@ impl RunHooks for Supervised {
         self.heartbeat = Some(tokio::spawn(async move {
             let mut rate = RecentRate::default();
             let mut cancelled = false;
+            let mut sampled: Option<Instant> = None;
             // The first report soon, so that `status` shows the run at once.
             let mut wait = heartbeat_interval(ttl).min(Duration::from_millis(500));
             loop {
@@ -236,12 +263,17 @@ impl RunHooks for Supervised {
                 wait = heartbeat_interval(ttl);
                 let sent = Instant::now();
                 let p = control.progress();
-                let report = report(&p, rate.observe(&p));
+                let recent = rate.observe(&p);
+                let report = report(&p, recent);
                 match store.heartbeat(id, epoch, &me, ttl, &report).await {
                     Ok(Heartbeat::Renewed { cancel }) => {
                         clock.renewed(sent);
                         LeaseRenewed { epoch }.emit();
                         record_checkpoints(&*store, &control, id, epoch, &recorded).await;
+                        if Sample::due(p.elapsed, sampled.map(|at| at.elapsed())) {
+                            sampled = Some(Instant::now());
+                            record_sample(&*store, id, &sample(&p, epoch, recent)).await;
+                        }
                         if let Some(discard) = cancel
                             && !cancelled
                         {

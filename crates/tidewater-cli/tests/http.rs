@@ -232,7 +232,77 @@ fn the_api_follows_a_run_cancels_it_over_http_and_its_metrics_match_the_summary(
             .unwrap();
         assert!(resumed.status.success(), "{}", text(&resumed));
         assert_copy_output(&folder.path("out"), 1_000_000, 100);
+        assert_history_of_two_runs(store, id, &summary);
     }
+}
+
+/// The job of the first test over time, as the dashboard reads it from a
+/// `tidewater serve` of its store: two runs, the second resumed from the
+/// first's savepoint and ending with every row; samples in order; the
+/// interval estimate built on the spec's 50 ms interval.
+fn assert_history_of_two_runs(store: &str, id: i64, summary: &serde_json::Value) {
+    let port = free_port();
+    let server = serve(store, port, &[]);
+    let base = format!("http://127.0.0.1:{port}/api/v1");
+    poll(&format!("{base}/server"), "serving", |a| a.status == 200);
+    let about = http(&format!("{base}/server"), &[], None).unwrap().json();
+    assert_eq!(about["changes_need_token"], false, "{about}");
+
+    let history = http(&format!("{base}/jobs/{id}/history"), &[], None)
+        .unwrap()
+        .json();
+    let runs = history["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{history}");
+    assert!(runs[0]["restored_from"].is_null(), "{history}");
+    assert_eq!(runs[0]["fallbacks"], 0, "{history}");
+    let savepoint = summary["checkpoints"].as_array().unwrap().last().unwrap();
+    assert_eq!(savepoint["kind"], "savepoint", "{summary}");
+    assert_eq!(runs[1]["restored_from"], savepoint["id"], "{history}");
+    assert!(
+        runs[1]["epoch"].as_u64() > runs[0]["epoch"].as_u64(),
+        "{history}"
+    );
+    assert_eq!(runs[1]["rows_at_end"], 1_000_000, "{history}");
+    let samples = history["samples"].as_array().unwrap();
+    for pair in samples.windows(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert!(a["at_ms"].as_i64() < b["at_ms"].as_i64(), "{a} then {b}");
+        if a["epoch"] == b["epoch"] {
+            assert!(
+                a["rows_done"].as_u64() <= b["rows_done"].as_u64(),
+                "{a} then {b}"
+            );
+        }
+    }
+    assert!(
+        samples.iter().any(|s| s["throttle"]
+            .as_str()
+            .is_some_and(|t| t.contains("rate limit"))),
+        "the 200k rows/s limit is in some sample: {history}"
+    );
+
+    let estimate = http(&format!("{base}/jobs/{id}/intervals"), &[], None)
+        .unwrap()
+        .json();
+    let observed = estimate["observed_interval_seconds"].as_f64().unwrap();
+    assert!((0.04..1.0).contains(&observed), "{estimate}");
+    let current: Vec<_> = estimate["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["current"] == true)
+        .collect();
+    assert_eq!(current.len(), 1, "{estimate}");
+    assert_eq!(current[0]["interval_seconds"].as_f64(), Some(observed));
+
+    let missing = http(&format!("{base}/jobs/999999/history"), &[], None).unwrap();
+    assert_eq!(missing.status, 404, "{missing:?}");
+    let bad = http(&format!("{base}/jobs/{id}/history?limit=0"), &[], None).unwrap();
+    assert_eq!(
+        (bad.status, bad.json()["code"].as_str()),
+        (400, Some("bad_limit"))
+    );
+    stop(server);
 }
 
 /// `tidewater serve` on `port` over `store`, with `args`.
@@ -427,6 +497,8 @@ fn beyond_loopback_the_api_needs_its_token_for_changes() {
             .unwrap()
             .is_empty()
     );
+    let about = http(&format!("{base}/api/v1/server"), &[], None).unwrap();
+    assert_eq!(about.json()["changes_need_token"], true, "{about:?}");
     let submitted = http(&jobs, &[("Authorization", &bearer)], Some(&body)).unwrap();
     assert_eq!(submitted.status, 202, "{submitted:?}");
     assert_eq!(submitted.json()["state"], "QUEUED");

@@ -36,7 +36,8 @@ mod store;
 
 pub use lease::{LeaseClock, Owner};
 pub use record::{
-    CheckpointRecord, Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Submitted,
+    CheckpointRecord, Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Sample,
+    Submitted,
 };
 pub use state::{IllegalTransition, JobEvent, JobState, transition};
 pub use store::{JobStore, SqlStore, StoreError, default_url, open};

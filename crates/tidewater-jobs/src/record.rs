@@ -161,6 +161,61 @@ pub enum Heartbeat {
     Lost(String),
 }
 
+/// What a run reported at one instant: one point of the dashboard's
+/// charts over time.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Sample {
+    /// The epoch of the run that reported it.
+    pub epoch: u64,
+    /// When (the worker's clock, ms since the Unix epoch).
+    pub at_ms: i64,
+    /// Rows read, including those before a restore.
+    pub rows_done: u64,
+    /// This run's recent rate.
+    pub rows_per_second: Option<f64>,
+    /// Rows read since the last completed checkpoint.
+    pub exposure_rows: u64,
+    /// Time since the last completed checkpoint (or the start), in ms.
+    pub exposure_ms: u64,
+    /// What held the sources back, if anything.
+    pub throttle: Option<String>,
+    /// The replica's lag, where a source throttles on it.
+    pub replica_lag_ms: Option<u64>,
+    /// Rows this run set aside as dead letters.
+    pub rows_dead_lettered: u64,
+    /// The checkpoint this run restored (None: it started fresh).
+    pub restored_from: Option<u64>,
+    /// Checkpoints the restore passed over as unreadable.
+    pub fallbacks: u64,
+}
+
+impl Sample {
+    /// Whether a run `elapsed` into its life, whose last sample was
+    /// `since_last` ago (None: none yet), records one now. A run samples
+    /// every heartbeat in its first minutes, then more sparsely, so that a
+    /// run of any length keeps about [`Sample::PER_RUN`] points.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tidewater_jobs::Sample;
+    /// let s = Duration::from_secs;
+    /// assert!(Sample::due(s(0), None));
+    /// assert!(Sample::due(s(60), Some(s(2))));
+    /// // Six hours in, one point every 21.6 s.
+    /// assert!(!Sample::due(s(6 * 3600), Some(s(10))));
+    /// ```
+    pub fn due(elapsed: std::time::Duration, since_last: Option<std::time::Duration>) -> bool {
+        let Some(since_last) = since_last else {
+            return true;
+        };
+        let spacing = elapsed.as_secs_f64() / Self::PER_RUN as f64;
+        since_last.as_secs_f64() >= spacing
+    }
+
+    /// About how many samples a run keeps, however long it runs.
+    pub const PER_RUN: u32 = 1000;
+}
+
 /// One completed checkpoint of a job, as its worker reported it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CheckpointRecord {

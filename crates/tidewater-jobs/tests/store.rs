@@ -6,7 +6,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use tidewater_jobs::{
-    Ending, Heartbeat, JobError, JobState, JobStore, NewJob, Owner, Report, StoreError, Submitted,
+    Ending, Heartbeat, JobError, JobState, JobStore, NewJob, Owner, Report, Sample, StoreError,
+    Submitted,
 };
 
 fn new_job(name: &str, key: Option<&str>) -> NewJob {
@@ -289,5 +290,55 @@ async fn reports_without_a_rate_and_then_with_one_are_all_recorded() {
                 (u64::from(beat), rate)
             );
         }
+    }
+}
+
+#[tokio::test]
+async fn samples_are_kept_per_run_and_a_replaced_worker_records_none() {
+    for (backend, store, _dir) in stores("tw_jobs_samples").await {
+        let id = store
+            .submit(new_job("samples", None))
+            .await
+            .unwrap()
+            .job()
+            .id;
+        let first = store
+            .take_lease(id, &other(1), TTL, 0, false)
+            .await
+            .unwrap();
+        let sample = |epoch: u64, at_ms: i64, rows: u64| Sample {
+            epoch,
+            at_ms,
+            rows_done: rows,
+            rows_per_second: (rows > 0).then_some(rows as f64 / 2.0),
+            exposure_rows: rows / 4,
+            exposure_ms: 250,
+            throttle: (rows == 20).then(|| "replica lag 3.0s > 2.0s".to_string()),
+            replica_lag_ms: (rows >= 10).then_some(rows * 100),
+            rows_dead_lettered: rows / 10,
+            restored_from: (epoch > first.epoch).then_some(7),
+            fallbacks: u64::from(epoch > first.epoch),
+        };
+        let mut expected = Vec::new();
+        for (n, rows) in [0u64, 10, 20].into_iter().enumerate() {
+            let s = sample(first.epoch, 1_000 + n as i64, rows);
+            store.record_sample(id, &s).await.unwrap();
+            expected.push(s);
+        }
+        // A successor takes over; the first worker's late sample is dropped.
+        let second = store.take_lease(id, &other(2), TTL, 0, true).await.unwrap();
+        store
+            .record_sample(id, &sample(first.epoch, 2_000, 99))
+            .await
+            .unwrap();
+        let s = sample(second.epoch, 3_000, 30);
+        store.record_sample(id, &s).await.unwrap();
+        expected.push(s);
+        assert_eq!(store.samples(id, 100).await.unwrap(), expected, "{backend}");
+        assert_eq!(
+            store.samples(id, 2).await.unwrap(),
+            expected[2..].to_vec(),
+            "{backend}: the newest two, oldest first"
+        );
     }
 }

@@ -16,11 +16,13 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tidewater_jobs::{JobId, JobState, JobStore, NewJob, StoreError};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
-use super::auth;
+use super::history::{HistoryView, RunView, SampleView};
+use super::intervals::{self, IntervalOption, IntervalsView};
 use super::views::{
     ApiError, CheckpointView, CheckpointsView, ErrorView, ExposureView, JobView, JobsView,
     LastCheckpointView, LeaseView, ProgressView, SpecProblem,
 };
+use super::{auth, dashboard};
 
 /// How long a client should wait before asking about a job in progress
 /// again: about one heartbeat.
@@ -28,6 +30,9 @@ const RETRY_AFTER_SECONDS: &str = "2";
 
 /// The most checkpoints one request returns.
 const MAX_CHECKPOINTS: usize = 10_000;
+
+/// The most samples one request returns (what the store keeps of a job).
+const MAX_SAMPLES: usize = 5_000;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -47,10 +52,20 @@ pub struct Api {
         title = "tidewater",
         description = "Jobs in a tidewater job store: list, watch, submit, cancel."
     ),
-    paths(list_jobs, get_job, job_checkpoints, cancel_job, submit_job),
+    paths(
+        list_jobs,
+        get_job,
+        job_checkpoints,
+        job_history,
+        job_intervals,
+        server,
+        cancel_job,
+        submit_job
+    ),
     components(schemas(
         JobView, JobsView, ProgressView, LastCheckpointView, ExposureView, LeaseView, ErrorView,
-        CheckpointView, CheckpointsView, ApiError, SpecProblem, StateFilter
+        CheckpointView, CheckpointsView, ApiError, SpecProblem, StateFilter, HistoryView,
+        SampleView, RunView, IntervalsView, IntervalOption, ServerView
     )),
     modifiers(&BearerToken)
 )]
@@ -75,9 +90,13 @@ pub fn router(api: Api) -> axum::Router {
         .route("/api/v1/jobs", get(list_jobs).post(submit_job))
         .route("/api/v1/jobs/{id}", get(get_job))
         .route("/api/v1/jobs/{id}/checkpoints", get(job_checkpoints))
+        .route("/api/v1/jobs/{id}/history", get(job_history))
+        .route("/api/v1/jobs/{id}/intervals", get(job_intervals))
         .route("/api/v1/jobs/{id}/cancel", post(cancel_job))
         .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/server", get(server))
         .route("/metrics", get(metrics))
+        .merge(dashboard::router())
         .fallback(not_found)
         .with_state(api)
 }
@@ -181,6 +200,23 @@ fn query_param(query: &Option<String>, name: &str) -> Option<String> {
         .map(|(_, value)| value.into_owned())
 }
 
+/// The `limit` query parameter: `default` when absent, else 1 to `max`.
+fn limit_param(query: &Option<String>, default: usize, max: usize) -> Result<usize, Problem> {
+    let Some(text) = query_param(query, "limit") else {
+        return Ok(default);
+    };
+    text.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| {
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "bad_limit",
+                format!("limit '{text}' is not a number from 1 to {max}"),
+            )
+        })
+}
+
 /// A job state, as a filter.
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
@@ -280,26 +316,85 @@ async fn job_checkpoints(
     RawQuery(query): RawQuery,
 ) -> Result<Json<CheckpointsView>, Problem> {
     let id = job_id(&id)?;
-    let limit = match query_param(&query, "limit").as_deref() {
-        None => 100,
-        Some(text) => text
-            .parse::<usize>()
-            .ok()
-            .filter(|n| (1..=MAX_CHECKPOINTS).contains(n))
-            .ok_or_else(|| {
-                Problem::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_limit",
-                    format!("limit '{text}' is not a number from 1 to {MAX_CHECKPOINTS}"),
-                )
-            })?,
-    };
+    let limit = limit_param(&query, 100, MAX_CHECKPOINTS)?;
     api.store.get(id).await?;
     let checkpoints = api.store.checkpoints(id, limit).await?;
     Ok(Json(CheckpointsView {
         job: id,
         checkpoints: checkpoints.iter().map(CheckpointView::of).collect(),
     }))
+}
+
+/// The bounds of `GET /api/v1/jobs/{id}/history` (for the document).
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct HistoryQuery {
+    /// How many of the newest samples (default 2000).
+    #[param(minimum = 1, maximum = 5000)]
+    limit: Option<u32>,
+}
+
+/// A job over time: its samples (rate, exposure, throttle, replica lag,
+/// dead letters), oldest first, and the runs they came from with each
+/// run's restore.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs/{id}/history",
+    params(("id" = i64, Path, description = "The job's id"), HistoryQuery),
+    responses(
+        (status = 200, description = "Its samples and runs, oldest first", body = HistoryView),
+        (status = 400, description = "Not a job id, or a bad limit", body = ApiError),
+        (status = 404, description = "No such job", body = ApiError),
+        (status = 503, description = "The job store is unreachable", body = ApiError),
+    )
+)]
+async fn job_history(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<HistoryView>, Problem> {
+    let id = job_id(&id)?;
+    let limit = limit_param(&query, 2000, MAX_SAMPLES)?;
+    api.store.get(id).await?;
+    let samples = api.store.samples(id, limit).await?;
+    Ok(Json(HistoryView::of(id, &samples)))
+}
+
+/// What other checkpoint intervals would cost and save this job: the
+/// share of time its checkpoints would hold the tasks, and the rows a
+/// crash would redo, at the job's recent rate (its last run's last rate
+/// once it ended) and its checkpoints' pauses.
+#[utoipa::path(
+    get,
+    path = "/api/v1/jobs/{id}/intervals",
+    params(("id" = i64, Path, description = "The job's id")),
+    responses(
+        (status = 200, description = "The estimate, shortest interval first", body = IntervalsView),
+        (status = 400, description = "Not a job id", body = ApiError),
+        (status = 404, description = "No such job", body = ApiError),
+        (status = 503, description = "The job store is unreachable", body = ApiError),
+    )
+)]
+async fn job_intervals(
+    State(api): State<Api>,
+    Path(id): Path<String>,
+) -> Result<Json<IntervalsView>, Problem> {
+    let id = job_id(&id)?;
+    let job = api.store.get(id).await?;
+    let checkpoints = api.store.checkpoints(id, 20).await?;
+    // A job that ended reports no rate: its last run's last known one.
+    let rate = match job.progress.rows_per_second {
+        Some(rate) => Some(rate),
+        None => api
+            .store
+            .samples(id, 20)
+            .await?
+            .iter()
+            .rev()
+            .find_map(|s| s.rows_per_second),
+    };
+    Ok(Json(intervals::estimate(id, rate, &checkpoints)))
 }
 
 /// The options of `POST /api/v1/jobs/{id}/cancel` (for the document).
@@ -436,6 +531,29 @@ async fn submit_job(
         .await?;
     let job = view(&api, submitted.job().id).await?;
     Ok(job_response(StatusCode::ACCEPTED, job))
+}
+
+/// What a client needs to know of this server before it acts.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, ToSchema)]
+pub struct ServerView {
+    /// The `tidewater` version serving.
+    pub version: String,
+    /// Whether submitting and cancelling need `Authorization: Bearer TOKEN`.
+    pub changes_need_token: bool,
+}
+
+/// This server: its version, and whether changes need its token (the
+/// dashboard asks for the token before a cancel, not after a refusal).
+#[utoipa::path(
+    get,
+    path = "/api/v1/server",
+    responses((status = 200, description = "This server", body = ServerView))
+)]
+async fn server(State(api): State<Api>) -> Json<ServerView> {
+    Json(ServerView {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        changes_need_token: api.token.is_some(),
+    })
 }
 
 async fn openapi() -> Response {

@@ -1,12 +1,15 @@
 //! The HTTP API of `tidewater run --http ADDR` and `tidewater serve`: the
 //! job store's jobs as JSON under `/api/v1` (list, one job, its
 //! checkpoints, cancel, submit), its OpenAPI document at
-//! `/api/v1/openapi.json`, and the process's Prometheus metrics at
-//! `/metrics`. Loopback by default; any other address needs a token,
+//! `/api/v1/openapi.json`, the process's Prometheus metrics at
+//! `/metrics`, and a dashboard of it all at `/`. Loopback by default; any other address needs a token,
 //! which every mutating request must then carry.
 
 pub mod api;
 pub mod auth;
+pub mod dashboard;
+pub mod history;
+pub mod intervals;
 pub mod metrics;
 pub mod views;
 

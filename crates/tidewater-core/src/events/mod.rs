@@ -12,6 +12,7 @@
 mod checkpoint;
 mod connection;
 mod job;
+pub mod live;
 mod operator;
 mod restore;
 mod sink;

@@ -99,6 +99,7 @@ impl InternalEvent for RowDeadLettered<'_> {
             &task_labels(self.job, self.uid, self.subtask)
         )
         .increment(1);
+        super::live::dead_lettered();
     }
 }
 

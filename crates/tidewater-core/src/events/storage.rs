@@ -63,6 +63,7 @@ impl InternalEvent for InputDeadLettered<'_> {
             "skipping unreadable Parquet data (dead letter)"
         );
         counter!("tidewater_input_dead_lettered_total").increment(1);
+        super::live::dead_lettered();
     }
 }
 

@@ -73,5 +73,6 @@ pub struct ReplicaLagRead {
 impl InternalEvent for ReplicaLagRead {
     fn emit(self) {
         gauge!("tidewater_replica_lag_seconds").set(self.seconds);
+        super::live::replica_lag_read(self.seconds);
     }
 }

@@ -200,7 +200,11 @@ async fn run_once(
             .await
             .map_err(|e| e.in_operator(uid, 0))?;
     }
-    progress.set_baseline(restored.rows_read, restored.checkpoint.map_or(0, |c| c.0));
+    progress.set_baseline(
+        restored.rows_read,
+        restored.checkpoint.map(|c| c.0),
+        restored.fallbacks.len(),
+    );
 
     let setup = Setup {
         job,

@@ -63,6 +63,10 @@ pub struct Progress {
     /// Time source subtasks waited on throttles, ongoing waits included.
     throttled: Mutex<ThrottleClock>,
     history: Mutex<VecDeque<CheckpointStats>>,
+    /// The checkpoint this run restored, plus one (0: it started fresh).
+    restored_from: AtomicU64,
+    /// Checkpoints the restore passed over as unreadable.
+    fallbacks: AtomicU64,
 }
 
 /// A consistent-enough reading of [`Progress`].
@@ -100,6 +104,10 @@ pub struct ProgressSnapshot {
     /// What holds the sources that have waited a while (`replica lag 3.2s >
     /// 2.0s`, `rate limit 50000 rows/s`), each once.
     pub throttled_by: Vec<String>,
+    /// The checkpoint this run restored (None: it started fresh).
+    pub restored_from: Option<u64>,
+    /// Checkpoints the restore passed over as unreadable or corrupt.
+    pub fallbacks: u64,
 }
 
 /// Throttle waits, in microseconds since the job's start.
@@ -171,6 +179,8 @@ impl Progress {
             first_batch_ms: AtomicU64::new(0),
             throttled: Mutex::default(),
             history: Mutex::new(VecDeque::new()),
+            restored_from: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
         }
     }
 
@@ -238,12 +248,19 @@ impl Progress {
         self.rows_total.store(rows, Ordering::Relaxed);
     }
 
-    pub(crate) fn set_baseline(&self, rows_read: u64, checkpoint: u64) {
+    /// What the restore gave: rows already read, the checkpoint resumed
+    /// (None: fresh) and how many checkpoints it fell back past.
+    pub(crate) fn set_baseline(&self, rows_read: u64, checkpoint: Option<u64>, fallbacks: usize) {
+        let checkpoint_or_zero = checkpoint.unwrap_or(0);
+        self.restored_from
+            .store(checkpoint.map_or(0, |c| c + 1), Ordering::Relaxed);
+        self.fallbacks.store(fallbacks as u64, Ordering::Relaxed);
         self.rows_read.store(rows_read, Ordering::Relaxed);
         self.rows_restored.store(rows_read, Ordering::Relaxed);
         self.rows_at_last_checkpoint
             .store(rows_read, Ordering::Relaxed);
-        self.last_checkpoint.store(checkpoint, Ordering::Relaxed);
+        self.last_checkpoint
+            .store(checkpoint_or_zero, Ordering::Relaxed);
     }
 
     pub(crate) fn checkpoint_completed(&self, stats: CheckpointStats, rows_read: u64) {
@@ -314,6 +331,8 @@ impl Progress {
             throttled: Duration::from_micros(throttled_us),
             throttled_sources,
             throttled_by,
+            restored_from: self.restored_from.load(Ordering::Relaxed).checked_sub(1),
+            fallbacks: self.fallbacks.load(Ordering::Relaxed),
         }
     }
 }

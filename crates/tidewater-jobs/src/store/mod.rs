@@ -13,7 +13,7 @@ use async_trait::async_trait;
 
 use crate::lease::Owner;
 use crate::record::{
-    CheckpointRecord, Ending, Heartbeat, JobId, JobRecord, NewJob, Report, Submitted,
+    CheckpointRecord, Ending, Heartbeat, JobId, JobRecord, NewJob, Report, Sample, Submitted,
 };
 use crate::state::{IllegalTransition, JobState};
 
@@ -153,6 +153,13 @@ pub trait JobStore: Send + Sync {
         id: JobId,
         limit: usize,
     ) -> Result<Vec<CheckpointRecord>, StoreError>;
+
+    /// Records what the run of `epoch` reports now (ignored when a newer
+    /// epoch holds the job).
+    async fn record_sample(&self, id: JobId, sample: &Sample) -> Result<(), StoreError>;
+
+    /// The job's last `limit` samples, over all its runs, oldest first.
+    async fn samples(&self, id: JobId, limit: usize) -> Result<Vec<Sample>, StoreError>;
 
     /// Asks the job to stop: a QUEUED job is CANCELLED at once, a RUNNING
     /// one CANCELLING (its worker sees it at its next heartbeat).

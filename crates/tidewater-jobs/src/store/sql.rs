@@ -15,7 +15,8 @@ use sqlx::{AnyPool, AssertSqlSafe, Row, SqlSafeStr};
 use super::{JobStore, StoreError};
 use crate::lease::{Decision, LeaseRecord, Owner, may_take, process_alive};
 use crate::record::{
-    CheckpointRecord, Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Submitted,
+    CheckpointRecord, Ending, Heartbeat, JobError, JobId, JobRecord, NewJob, Report, Sample,
+    Submitted,
 };
 use crate::state::{JobEvent, JobState, transition};
 
@@ -52,6 +53,11 @@ impl Dialect {
                 "checkpoints",
                 include_str!("../../migrations/0002_checkpoints.sql"),
             ),
+            (
+                3,
+                "samples",
+                include_str!("../../migrations/0003_samples.sql"),
+            ),
         ];
         files
             .into_iter()
@@ -77,6 +83,9 @@ pub struct SqlStore {
 
 /// How many checkpoints of a job the store keeps.
 const KEEP_CHECKPOINTS: i64 = 10_000;
+
+/// How many samples of a job the store keeps, over all its runs.
+const KEEP_SAMPLES: i64 = 5_000;
 
 /// How long a write waits out other processes' writes before failing.
 const BUSY_LIMIT: Duration = Duration::from_secs(30);
@@ -539,6 +548,13 @@ impl JobStore for SqlStore {
             })
             .await
             .map_err(query_error("forgetting a job's checkpoints"))?;
+            self.retrying(|| {
+                sqlx::query("DELETE FROM tidewater_samples WHERE job_id = $1")
+                    .bind(id)
+                    .execute(&self.pool)
+            })
+            .await
+            .map_err(query_error("forgetting a job's samples"))?;
         }
         Ok(())
     }
@@ -620,6 +636,75 @@ impl JobStore for SqlStore {
         Ok(out)
     }
 
+    async fn record_sample(&self, id: JobId, sample: &Sample) -> Result<(), StoreError> {
+        let ([rate], floats) = float_params(11, [sample.rows_per_second]);
+        let text = format!(
+            "INSERT INTO tidewater_samples (job_id, epoch, at_ms, rows_done, rows_per_second, \
+             exposure_rows, exposure_ms, throttle, replica_lag_ms, rows_dead_lettered, \
+             restored_from, fallbacks) \
+             SELECT $1, $2, $3, $4, {rate}, $5, $6, $7, $8, $9, $10, $11 \
+             WHERE EXISTS (SELECT 1 FROM tidewater_jobs WHERE id = $1 AND epoch = $2) \
+             ON CONFLICT (job_id, epoch, at_ms) DO NOTHING"
+        );
+        let i = |v: u64| v.min(i64::MAX as u64) as i64;
+        self.retrying(|| {
+            let mut query = sqlx::query(self.sql(&text))
+                .bind(id)
+                .bind(i(sample.epoch))
+                .bind(sample.at_ms)
+                .bind(i(sample.rows_done))
+                .bind(i(sample.exposure_rows))
+                .bind(i(sample.exposure_ms))
+                .bind(sample.throttle.clone())
+                .bind(sample.replica_lag_ms.map(i))
+                .bind(i(sample.rows_dead_lettered))
+                .bind(sample.restored_from.map(i))
+                .bind(i(sample.fallbacks));
+            for value in &floats {
+                query = query.bind(*value);
+            }
+            query.execute(&self.pool)
+        })
+        .await
+        .map_err(query_error("recording a sample"))?;
+        self.retrying(|| {
+            sqlx::query(
+                "DELETE FROM tidewater_samples WHERE job_id = $1 AND at_ms < \
+                 (SELECT at_ms FROM tidewater_samples WHERE job_id = $1 \
+                 ORDER BY at_ms DESC LIMIT 1 OFFSET $2)",
+            )
+            .bind(id)
+            .bind(KEEP_SAMPLES)
+            .execute(&self.pool)
+        })
+        .await
+        .map_err(query_error("trimming a job's samples"))?;
+        Ok(())
+    }
+
+    async fn samples(&self, id: JobId, limit: usize) -> Result<Vec<Sample>, StoreError> {
+        let rows = self
+            .retrying(|| {
+                sqlx::query(
+                    "SELECT epoch, at_ms, rows_done, rows_per_second, exposure_rows, exposure_ms, \
+                     throttle, replica_lag_ms, rows_dead_lettered, restored_from, fallbacks \
+                     FROM tidewater_samples WHERE job_id = $1 ORDER BY at_ms DESC LIMIT $2",
+                )
+                .bind(id)
+                .bind(limit.min(i64::MAX as usize) as i64)
+                .fetch_all(&self.pool)
+            })
+            .await
+            .map_err(query_error("reading a job's samples"))?;
+        let mut out = rows
+            .iter()
+            .map(decode_sample)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(query_error("reading a job's samples"))?;
+        out.reverse();
+        Ok(out)
+    }
+
     async fn cancel(&self, id: JobId, discard: bool) -> Result<JobRecord, StoreError> {
         loop {
             let job = self.get(id).await?;
@@ -678,6 +763,26 @@ fn decode_checkpoint(row: &AnyRow) -> Result<CheckpointRecord, sqlx::Error> {
         upload_ms: u(8)?,
         manifest_ms: u(9)?,
         commit_ms: u(10)?,
+    })
+}
+
+fn decode_sample(row: &AnyRow) -> Result<Sample, sqlx::Error> {
+    let u = |i: usize| -> Result<u64, sqlx::Error> { Ok(row.try_get::<i64, _>(i)? as u64) };
+    let maybe = |i: usize| -> Result<Option<u64>, sqlx::Error> {
+        Ok(row.try_get::<Option<i64>, _>(i)?.map(|v| v as u64))
+    };
+    Ok(Sample {
+        epoch: u(0)?,
+        at_ms: row.try_get(1)?,
+        rows_done: u(2)?,
+        rows_per_second: row.try_get(3)?,
+        exposure_rows: u(4)?,
+        exposure_ms: u(5)?,
+        throttle: row.try_get(6)?,
+        replica_lag_ms: maybe(7)?,
+        rows_dead_lettered: u(8)?,
+        restored_from: maybe(9)?,
+        fallbacks: u(10)?,
     })
 }
 
