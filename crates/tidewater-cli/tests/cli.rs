@@ -754,6 +754,7 @@ fn the_postgres_example_specs_run_against_the_test_servers() {
         common::one(&db.url, "SELECT count(*) FROM events_v2"),
         "50000"
     );
+    assert_replica_lag_recorded("events-v2");
     // Parquet into the table: files of (id, k, v, s) from a small copy job.
     let make = folder.write(
         "make.toml",
@@ -782,6 +783,44 @@ fn the_postgres_example_specs_run_against_the_test_servers() {
                 .sum();
             format!("20000|0|{sum}")
         }
+    );
+}
+
+/// The newest job called `name` in the test store has samples with the
+/// replica's lag, as the dashboard's lag chart reads them over HTTP.
+fn assert_replica_lag_recorded(name: &str) {
+    let port = free_port();
+    let mut server = tidewater()
+        .args(["serve", "--store", &test_store(), "--http"])
+        .arg(format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}/api/v1");
+    let jobs = poll(&format!("{base}/jobs"), "serving", |a| a.status == 200).json();
+    let id = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == name)
+        .unwrap_or_else(|| panic!("no job {name}: {jobs}"))["id"]
+        .as_i64()
+        .unwrap();
+    let history = http(&format!("{base}/jobs/{id}/history"), &[], None)
+        .unwrap()
+        .json();
+    let _ = server.kill();
+    let _ = server.wait();
+    let lags: Vec<f64> = history["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["replica_lag_seconds"].as_f64())
+        .collect();
+    assert!(
+        !lags.is_empty() && lags.iter().all(|lag| (0.0..60.0).contains(lag)),
+        "no replica lag in the samples of {name}: {history}"
     );
 }
 
