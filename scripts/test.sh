@@ -4,11 +4,12 @@
 #   bash scripts/test.sh
 #
 # Needs the Rust toolchain (cargo, rustfmt, clippy), a C compiler and Python 3
-# with pip, and Node.js with npm; installs PostgreSQL, tmux and chromium from
+# with pip, Node.js with npm, and Java 17 with Maven (Apache Kafka's jars come
+# from Maven Central); installs PostgreSQL, tmux and chromium from
 # Debian's packages, moto (an S3 server) and schemathesis (an API tester) from
 # PyPI, and playwright-core (a browser driver) from the npm registry when
-# missing, and starts a throwaway primary, streaming replica and S3 server on
-# loopback for the connector tests.
+# missing, and starts a throwaway primary, streaming replica, S3 server and
+# Kafka broker on loopback for the connector tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,14 +25,17 @@ cargo fmt --all -- --check
 step "lint"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 
-step "test servers: PostgreSQL primary + streaming replica, S3"
-trap 'bash scripts/pg.sh down; bash scripts/s3.sh down' EXIT
+step "test servers: PostgreSQL primary + streaming replica, S3, Apache Kafka"
+trap 'bash scripts/pg.sh down; bash scripts/s3.sh down; bash scripts/kafka.sh down' EXIT
 bash scripts/pg.sh up
 eval "$(bash scripts/pg.sh env)"
 export TIDEWATER_REQUIRE_PG=1
 bash scripts/s3.sh up
 eval "$(bash scripts/s3.sh env)"
 export TIDEWATER_REQUIRE_S3=1
+bash scripts/kafka.sh up
+eval "$(bash scripts/kafka.sh env)"
+export TIDEWATER_REQUIRE_KAFKA=1
 
 step "a terminal for the progress bar's test: tmux"
 if ! command -v tmux >/dev/null; then
@@ -41,7 +45,7 @@ if ! command -v tmux >/dev/null; then
 fi
 export TIDEWATER_REQUIRE_TMUX=1
 
-step "tests (unit, doc, end-to-end crash tests, PostgreSQL, S3, a terminal)"
+step "tests (unit, doc, end-to-end crash tests, PostgreSQL, S3, Kafka, a terminal)"
 cargo test --workspace --all-features
 
 step "the HTTP API against its OpenAPI document (schemathesis, 60 s)"

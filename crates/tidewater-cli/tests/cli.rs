@@ -12,8 +12,7 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use common::{
-    Rng, assert_aggregate_output, assert_copy_output, kill_randomly_until_complete, s3_prefix,
-    signal, text, wait_or_kill, walk,
+    Rng, assert_aggregate_output, assert_copy_output, s3_prefix, signal, text, wait_or_kill, walk,
 };
 use support::*;
 
@@ -24,51 +23,6 @@ fn interrupted_run(spec: &Path, after: Duration) -> Output {
     signal(&child, "INT");
     wait_or_kill(&mut child, Duration::from_secs(60)).expect("exits after SIGINT");
     child.wait_with_output().expect("output")
-}
-
-/// Runs specs that `write` puts in fresh folders, each killed with SIGKILL
-/// at random instants and rerun until it completes, until `kills` kills
-/// were made (a run can finish before its kill); `check` judges each
-/// folder's output, and a further run must say it is already complete.
-fn killed_at_random_instants(
-    what: &str,
-    kills: usize,
-    write: impl Fn(&Folder) -> String,
-    check: impl Fn(&Folder),
-) {
-    let mut rng = Rng::from_time();
-    let (mut made_so_far, mut rounds) = (0, 0);
-    while made_so_far < kills {
-        rounds += 1;
-        let folder = Folder::new();
-        let spec = folder.write("job.toml", &write(&folder));
-        let (output, made) = kill_randomly_until_complete(
-            || {
-                let mut c = tidewater();
-                c.arg("run").arg(&spec);
-                c
-            },
-            kills - made_so_far,
-            Duration::from_millis(700),
-            &mut rng,
-            || {},
-        );
-        made_so_far += made;
-        assert!(
-            output.status.success(),
-            "{what}: final run failed:\n{}",
-            text(&output)
-        );
-        eprintln!("{what}: round {rounds} completed after {made} kills");
-        check(&folder);
-        let again = run(&spec, &[]);
-        assert!(again.status.success(), "{}", text(&again));
-        assert!(
-            String::from_utf8_lossy(&again.stdout).contains("already complete"),
-            "{}",
-            text(&again)
-        );
-    }
 }
 
 /// About half a second per run, so that most kills land mid-run.
@@ -85,12 +39,14 @@ fn spec_runs_killed_at_random_instants_end_with_the_exact_output() {
     killed_at_random_instants(
         "copy",
         8,
+        Duration::from_millis(700),
         |f| at_a_million_rows_a_second(copy_spec(rows, keys, &f.s("state"), &f.s("out"))),
         |f| assert_copy_output(&f.path("out"), rows, keys),
     );
     killed_at_random_instants(
         "aggregate",
         8,
+        Duration::from_millis(700),
         |f| at_a_million_rows_a_second(aggregate_spec(rows, keys, &f.s("state"), &f.s("out"))),
         |f| assert_aggregate_output(&f.path("out"), rows, keys),
     );
@@ -436,6 +392,7 @@ fn rows_an_expression_fails_on_become_dead_letters_exactly_once_across_kills() {
     killed_at_random_instants(
         "dead letters",
         6,
+        Duration::from_millis(700),
         |f| dead_letter_spec(rows, f, 1400, 1_000_000),
         |f| assert_dead_letter_output(f, rows),
     );
@@ -1239,70 +1196,6 @@ fn cancel_with_discard_stops_without_a_savepoint_and_resume_continues_from_the_l
     assert!(kinds.iter().all(|k| *k == "periodic"), "{kinds:?}");
     resume("discard-me");
     assert_copy_output(&folder.path("out"), 1_000_000, 100);
-}
-
-/// One fencing trial: a run of `spec` (job `name`) is stopped with SIGSTOP
-/// at a random instant; a second run is refused while the first's 4 s lease
-/// lives and takes over once it ran out; after a random while the first is
-/// woken, so both are alive. The second must finish; the first must stop
-/// without committing (fenced, its lease lost, or refused before it held
-/// one). Returns what the woken run said, or `None` when the first run
-/// finished before its pause (no trial).
-fn paused_takeover_trial(name: &str, spec: &Path, store: &str, rng: &mut Rng) -> Option<String> {
-    let args = ["--lease-ttl", "4s", "--progress", "off", "--store", store];
-    let spawn = || spawn_run(spec, &args);
-    let mut first = spawn();
-    std::thread::sleep(Duration::from_millis(100 + rng.below(3000)));
-    signal(&first, "STOP");
-    if first.try_wait().unwrap().is_some() {
-        return None;
-    }
-    let epoch_now = || status_of(name, store).map_or(0, |s| s["epoch"].as_u64().unwrap_or(0));
-    let stopped_at = epoch_now();
-    let mut second = loop {
-        let mut attempt = spawn();
-        let taken = loop {
-            if let Some(code) = attempt.try_wait().unwrap() {
-                break code.code() != Some(1);
-            }
-            if epoch_now() > stopped_at {
-                break true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        if taken {
-            break attempt;
-        }
-        let refused = attempt.wait_with_output().unwrap();
-        assert!(
-            stderr(&refused).contains("holds its lease"),
-            "{}",
-            text(&refused)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    std::thread::sleep(Duration::from_millis(rng.below(800)));
-    signal(&first, "CONT");
-    wait_or_kill(&mut second, Duration::from_secs(120)).expect("the second run ends");
-    let second = second.wait_with_output().unwrap();
-    assert!(
-        second.status.success(),
-        "{name}: the second run failed:\n{}",
-        text(&second)
-    );
-    wait_or_kill(&mut first, Duration::from_secs(120)).expect("the woken run ends");
-    let woken = first.wait_with_output().unwrap();
-    let said = text(&woken);
-    let stopped = [
-        "lost the lease on job",
-        "fenced: this worker holds epoch",
-        "holds its lease",
-    ];
-    assert!(
-        woken.status.code() == Some(1) && stopped.iter().any(|s| said.contains(s)),
-        "{name}: the woken run did not stop fenced:\n{said}"
-    );
-    Some(said)
 }
 
 /// The spec of a fencing trial in `mode` (copy or aggregate), job `name`,

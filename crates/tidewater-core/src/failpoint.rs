@@ -5,7 +5,9 @@
 //! manifest is written and before its sink commits: the first time the point
 //! is reached at checkpoint 3 or later. Points: `before-manifest`,
 //! `after-manifest`, `mid-commit` (after the first of two or more commit
-//! handles: at the first such checkpoint from 3 on), `after-commit`.
+//! handles: at the first such checkpoint from 3 on), `after-commit`;
+//! connectors add their own (the Kafka sink's `kafka-mid-transaction` and
+//! `kafka-after-transaction`).
 //! Unset (the normal case), a hook costs one load of a cached value.
 
 use std::sync::OnceLock;
@@ -21,9 +23,15 @@ fn armed() -> &'static Option<(String, u64)> {
     })
 }
 
+/// Whether the armed failpoint is `name` (at any checkpoint): for a hook
+/// that must prepare its instant (flush what it sent) before [`hit`].
+pub fn is_armed(name: &str) -> bool {
+    armed().as_ref().is_some_and(|(armed, _)| armed == name)
+}
+
 /// Aborts the process when the armed failpoint is `name` at `checkpoint` or
 /// later (the first time it is reached there).
-pub(crate) fn hit(name: &str, checkpoint: CheckpointId) {
+pub fn hit(name: &str, checkpoint: CheckpointId) {
     if let Some((armed, id)) = armed()
         && armed == name
         && checkpoint.0 >= *id

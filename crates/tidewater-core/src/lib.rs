@@ -9,7 +9,7 @@
 pub mod checkpoint;
 mod error;
 pub mod events;
-mod failpoint;
+pub mod failpoint;
 mod ids;
 mod operator;
 pub mod partition;

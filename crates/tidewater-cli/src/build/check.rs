@@ -34,9 +34,10 @@ pub fn check(spec: &Spec, sources: &HashMap<String, SchemaRef>) -> Result<Checke
         let id = c.id.value.clone();
         let input = input_schema(c, &checked.schemas, &mut diags);
         let output = match &c.kind {
-            Kind::Generator { .. } | Kind::ParquetSource { .. } | Kind::PostgresSource { .. } => {
-                sources.get(&id).cloned()
-            }
+            Kind::Generator { .. }
+            | Kind::ParquetSource { .. }
+            | Kind::PostgresSource { .. }
+            | Kind::KafkaSource { .. } => sources.get(&id).cloned(),
             Kind::Sql(sql) => check_sql(&id, sql, input.as_ref(), &mut diags).map(|t| {
                 let schema = t.output_schema();
                 checked.sql.insert(id.clone(), Arc::new(t));
@@ -85,7 +86,7 @@ pub fn check(spec: &Spec, sources: &HashMap<String, SchemaRef>) -> Result<Checke
                 checked.aggregates.insert(id.clone(), agg);
                 output
             }
-            Kind::ParquetSink { .. } | Kind::PostgresSink { .. } => None,
+            Kind::ParquetSink { .. } | Kind::PostgresSink { .. } | Kind::KafkaSink { .. } => None,
         };
         checked.schemas.insert(id, output);
     }

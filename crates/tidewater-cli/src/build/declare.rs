@@ -31,7 +31,8 @@ pub fn declare(spec: &Spec, mut opened: Opened, checked: &Checked, parallelism: 
         let stream = match &c.kind {
             Kind::Generator { throttle: t, .. }
             | Kind::ParquetSource { throttle: t, .. }
-            | Kind::PostgresSource { throttle: t, .. } => {
+            | Kind::PostgresSource { throttle: t, .. }
+            | Kind::KafkaSource { throttle: t, .. } => {
                 let source = opened.sources.remove(id).expect("every source was opened");
                 Some(throttle(source.add_to(&pipeline, id), t))
             }
@@ -56,11 +57,12 @@ pub fn declare(spec: &Spec, mut opened: Opened, checked: &Checked, parallelism: 
                         .aggregate(id, checked.aggregates[id].clone()),
                 )
             }
-            Kind::ParquetSink { .. } | Kind::PostgresSink { .. } => {
+            Kind::ParquetSink { .. } | Kind::PostgresSink { .. } | Kind::KafkaSink { .. } => {
                 let sink = opened.sinks.remove(id).expect("every sink was opened");
                 let sink_ref = match sink {
                     OpenedSink::Parquet(s) => input().sink(id, s),
                     OpenedSink::Postgres(s) => input().sink(id, s),
+                    OpenedSink::Kafka(s) => input().sink(id, s),
                 };
                 if let Some(p) = c.parallelism {
                     sink_ref.parallelism(p);

@@ -5,10 +5,11 @@ use std::collections::HashMap;
 use anyhow::Context;
 use arrow::datatypes::SchemaRef;
 use tidewater_core::{GeneratorSource, Pipeline, RateLimit, Stream};
+use tidewater_kafka::{ClientConfig, Format, KafkaSink, KafkaSource};
 use tidewater_parquet::{OnCorruptFile, ParquetSink, ParquetSinkOptions, ParquetSource};
 use tidewater_postgres::{LagSource, PostgresSink, PostgresSource, ReplicaLagThrottle, SinkMode};
 
-use crate::spec::{Component, Kind, Spec, SqlSpec, ThrottleSpec};
+use crate::spec::{Component, KafkaFormat, Kind, Spec, SqlSpec, ThrottleSpec};
 
 /// A source, ready to add to a pipeline.
 pub enum OpenedSource {
@@ -18,6 +19,8 @@ pub enum OpenedSource {
     Parquet(ParquetSource),
     /// `type = "postgres"`.
     Postgres(PostgresSource),
+    /// `type = "kafka"`.
+    Kafka(KafkaSource),
 }
 
 impl OpenedSource {
@@ -28,6 +31,7 @@ impl OpenedSource {
             OpenedSource::Generator(s) => s.schema(),
             OpenedSource::Parquet(s) => s.schema(),
             OpenedSource::Postgres(s) => s.schema(),
+            OpenedSource::Kafka(s) => s.schema(),
         }
     }
 
@@ -37,6 +41,7 @@ impl OpenedSource {
             OpenedSource::Generator(s) => pipeline.source(uid, s),
             OpenedSource::Parquet(s) => pipeline.source(uid, s),
             OpenedSource::Postgres(s) => pipeline.source(uid, s),
+            OpenedSource::Kafka(s) => pipeline.source(uid, s),
         }
     }
 }
@@ -47,6 +52,8 @@ pub enum OpenedSink {
     Parquet(ParquetSink),
     /// `type = "postgres"`.
     Postgres(PostgresSink),
+    /// `type = "kafka"`.
+    Kafka(KafkaSink),
 }
 
 /// What could be opened, by component id.
@@ -121,7 +128,7 @@ pub async fn open(spec: &Spec, connect: bool) -> Result<Opened, Vec<(String, any
             }
             continue;
         }
-        match open_one(c).await {
+        match open_one(c, &spec.job.state).await {
             Ok(Some(Either::Source(s))) => {
                 opened.sources.insert(id, s);
             }
@@ -144,7 +151,18 @@ enum Either {
     Sink(OpenedSink),
 }
 
-async fn open_one(c: &Component) -> anyhow::Result<Option<Either>> {
+/// Where a Kafka sink stages exactly-once records when the spec does not say.
+fn kafka_staging(state: &str) -> String {
+    format!("{}/kafka-staging", state.trim_end_matches('/'))
+}
+
+fn kafka_client(brokers: &str, properties: &[(String, String)]) -> ClientConfig {
+    properties
+        .iter()
+        .fold(ClientConfig::new(brokers), |c, (k, v)| c.set(k, v))
+}
+
+async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> {
     Ok(Some(match &c.kind {
         Kind::ParquetSource {
             path,
@@ -250,6 +268,54 @@ async fn open_one(c: &Component) -> anyhow::Result<Option<Either>> {
                 .await
                 .with_context(|| format!("opening the PostgreSQL table {table}"))?;
             Either::Sink(OpenedSink::Postgres(sink))
+        }
+        Kind::KafkaSource {
+            brokers,
+            topic,
+            format,
+            batch_rows,
+            properties,
+            ..
+        } => {
+            let format = match format {
+                KafkaFormat::Raw => Format::Raw,
+                KafkaFormat::Utf8 => Format::Utf8,
+                KafkaFormat::Json(columns) => {
+                    Format::Json(std::sync::Arc::new(arrow::datatypes::Schema::new(
+                        columns
+                            .iter()
+                            .map(|(name, t)| arrow::datatypes::Field::new(name, t.clone(), true))
+                            .collect::<Vec<_>>(),
+                    )))
+                }
+            };
+            let mut source = KafkaSource::new(kafka_client(brokers, properties), topic, format)
+                .with_context(|| format!("opening the Kafka topic {topic}"))?;
+            if let Some(rows) = batch_rows {
+                source = source.batch_rows(*rows);
+            }
+            Either::Source(OpenedSource::Kafka(source))
+        }
+        Kind::KafkaSink {
+            brokers,
+            topic,
+            exactly_once,
+            key,
+            staging,
+            properties,
+        } => {
+            let mode = if *exactly_once {
+                tidewater_kafka::SinkMode::ExactlyOnce
+            } else {
+                tidewater_kafka::SinkMode::AtLeastOnce
+            };
+            let staging = staging.clone().unwrap_or_else(|| kafka_staging(state));
+            let mut sink = KafkaSink::new(kafka_client(brokers, properties), topic, mode, &staging)
+                .with_context(|| format!("opening the Kafka sink's staging location {staging}"))?;
+            if let Some(column) = key {
+                sink = sink.key_column(column);
+            }
+            Either::Sink(OpenedSink::Kafka(sink))
         }
         Kind::Generator { .. } | Kind::Sql(_) | Kind::Aggregate { .. } => return Ok(None),
     }))

@@ -230,6 +230,7 @@ fn outputs(spec: &crate::spec::Spec) -> String {
         .filter_map(|c| match &c.kind {
             Kind::ParquetSink { path, .. } => Some(path.clone()),
             Kind::PostgresSink { table, .. } => Some(format!("table {table}")),
+            Kind::KafkaSink { topic, .. } => Some(format!("topic {topic}")),
             _ => None,
         })
         .collect::<Vec<_>>()

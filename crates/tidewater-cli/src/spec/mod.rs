@@ -25,6 +25,7 @@
 
 pub mod diagnostic;
 pub mod graph;
+mod kafka;
 pub mod model;
 pub mod reader;
 
@@ -33,7 +34,9 @@ use std::cell::RefCell;
 use toml::de::{DeTable, DeValue};
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceText};
-pub use model::{Component, JobSpec, Kind, ReplicaLagSpec, Role, SqlSpec, ThrottleSpec};
+pub use model::{
+    Component, JobSpec, KafkaFormat, Kind, ReplicaLagSpec, Role, SqlSpec, ThrottleSpec,
+};
 use reader::{Fields, Located};
 
 /// A spec that was read without problems.
@@ -224,9 +227,9 @@ fn read_job(f: &Fields<'_, '_>) -> Option<JobSpec> {
     })
 }
 
-const SOURCE_TYPES: &[&str] = &["generator", "parquet", "postgres"];
+const SOURCE_TYPES: &[&str] = &["generator", "parquet", "postgres", "kafka"];
 const TRANSFORM_TYPES: &[&str] = &["sql", "aggregate"];
-const SINK_TYPES: &[&str] = &["parquet", "postgres"];
+const SINK_TYPES: &[&str] = &["parquet", "postgres", "kafka"];
 
 /// Where the state goes when neither the spec nor `--state` says.
 pub const DEFAULT_STATE: &str = "./tidewater-state";
@@ -342,6 +345,11 @@ fn read_component(
                 throttle,
             }
         }
+        (Role::Source, "kafka") => {
+            let throttle = read_throttle(f);
+            kafka::source(f, throttle)?
+        }
+        (Role::Sink, "kafka") => kafka::sink(f)?,
         (Role::Transform, "sql") => {
             let max_bad_rows = f.integer("max_bad_rows", 0);
             let sql = SqlSpec {

@@ -108,6 +108,21 @@ pub enum Kind {
         /// Throttles on the source.
         throttle: ThrottleSpec,
     },
+    /// `type = "kafka"` source.
+    KafkaSource {
+        /// `host:port[,host:port]`.
+        brokers: String,
+        /// The topic.
+        topic: String,
+        /// How values are decoded.
+        format: KafkaFormat,
+        /// Records per batch.
+        batch_rows: Option<usize>,
+        /// librdkafka settings (TLS, SASL, ...).
+        properties: Vec<(String, String)>,
+        /// Throttles on the source.
+        throttle: ThrottleSpec,
+    },
     /// `type = "sql"`: filter, computed columns, projection.
     Sql(SqlSpec),
     /// `type = "aggregate"`: per-key aggregates.
@@ -143,6 +158,33 @@ pub enum Kind {
         /// Rows that may go to `tidewater_dead_letters` before the job fails.
         max_bad_rows: Option<u64>,
     },
+    /// `type = "kafka"` sink.
+    KafkaSink {
+        /// `host:port[,host:port]`.
+        brokers: String,
+        /// The topic.
+        topic: String,
+        /// `exactly-once` (the default) or `at-least-once`.
+        exactly_once: bool,
+        /// The column whose text keys each record.
+        key: Option<String>,
+        /// Where exactly-once records wait for their checkpoint (default
+        /// `{state}/kafka-staging`).
+        staging: Option<String>,
+        /// librdkafka settings.
+        properties: Vec<(String, String)>,
+    },
+}
+
+/// `format` of a Kafka source.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KafkaFormat {
+    /// `"raw"`: bytes.
+    Raw,
+    /// `"utf8"`: text.
+    Utf8,
+    /// `"json"` with `schema = { column = "type", ... }`.
+    Json(Vec<(String, arrow::datatypes::DataType)>),
 }
 
 /// The SQL transform's three optional steps, applied in this order.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use crate::common::{self, text};
+use crate::common::{self, Rng, kill_randomly_until_complete, signal, text, wait_or_kill};
 
 /// The job store these tests' runs share: one SQLite file per test binary
 /// run (jobs are told apart by their state folders, each test's own).
@@ -288,4 +288,120 @@ pub fn poll(url: &str, what: &str, check: impl Fn(&Answer) -> bool) -> Answer {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Runs specs that `write` puts in fresh folders, each killed with SIGKILL
+/// at random instants and rerun until it completes, until `kills` kills
+/// were made (a run can finish before its kill; each kill comes within
+/// `max_delay` of its run's start); `check` judges each
+/// folder's output, and a further run must say it is already complete.
+pub fn killed_at_random_instants(
+    what: &str,
+    kills: usize,
+    max_delay: Duration,
+    write: impl Fn(&Folder) -> String,
+    check: impl Fn(&Folder),
+) {
+    let mut rng = Rng::from_time();
+    let (mut made_so_far, mut rounds) = (0, 0);
+    while made_so_far < kills {
+        rounds += 1;
+        let folder = Folder::new();
+        let spec = folder.write("job.toml", &write(&folder));
+        let (output, made) = kill_randomly_until_complete(
+            || {
+                let mut c = tidewater();
+                c.arg("run").arg(&spec);
+                c
+            },
+            kills - made_so_far,
+            max_delay,
+            &mut rng,
+            || {},
+        );
+        made_so_far += made;
+        assert!(
+            output.status.success(),
+            "{what}: final run failed:\n{}",
+            text(&output)
+        );
+        eprintln!("{what}: round {rounds} completed after {made} kills");
+        check(&folder);
+        let again = run(&spec, &[]);
+        assert!(again.status.success(), "{}", text(&again));
+        assert!(
+            String::from_utf8_lossy(&again.stdout).contains("already complete"),
+            "{}",
+            text(&again)
+        );
+    }
+}
+
+/// One fencing trial: a run of `spec` (job `name`) is stopped with SIGSTOP
+/// at a random instant; a second run is refused while the first's 4 s lease
+/// lives and takes over once it ran out; after a random while the first is
+/// woken, so both are alive. The second must finish; the first must stop
+/// without committing (fenced, its lease lost, or refused before it held
+/// one). Returns what the woken run said, or `None` when the first run
+/// finished before its pause (no trial).
+pub fn paused_takeover_trial(
+    name: &str,
+    spec: &Path,
+    store: &str,
+    rng: &mut Rng,
+) -> Option<String> {
+    let args = ["--lease-ttl", "4s", "--progress", "off", "--store", store];
+    let spawn = || spawn_run(spec, &args);
+    let mut first = spawn();
+    std::thread::sleep(Duration::from_millis(100 + rng.below(3000)));
+    signal(&first, "STOP");
+    if first.try_wait().unwrap().is_some() {
+        return None;
+    }
+    let epoch_now = || status_of(name, store).map_or(0, |s| s["epoch"].as_u64().unwrap_or(0));
+    let stopped_at = epoch_now();
+    let mut second = loop {
+        let mut attempt = spawn();
+        let taken = loop {
+            if let Some(code) = attempt.try_wait().unwrap() {
+                break code.code() != Some(1);
+            }
+            if epoch_now() > stopped_at {
+                break true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        if taken {
+            break attempt;
+        }
+        let refused = attempt.wait_with_output().unwrap();
+        assert!(
+            stderr(&refused).contains("holds its lease"),
+            "{}",
+            text(&refused)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(rng.below(800)));
+    signal(&first, "CONT");
+    wait_or_kill(&mut second, Duration::from_secs(120)).expect("the second run ends");
+    let second = second.wait_with_output().unwrap();
+    assert!(
+        second.status.success(),
+        "{name}: the second run failed:\n{}",
+        text(&second)
+    );
+    wait_or_kill(&mut first, Duration::from_secs(120)).expect("the woken run ends");
+    let woken = first.wait_with_output().unwrap();
+    let said = text(&woken);
+    let stopped = [
+        "lost the lease on job",
+        "fenced: this worker holds epoch",
+        "holds its lease",
+    ];
+    assert!(
+        woken.status.code() == Some(1) && stopped.iter().any(|s| said.contains(s)),
+        "{name}: the woken run did not stop fenced:\n{said}"
+    );
+    Some(said)
 }

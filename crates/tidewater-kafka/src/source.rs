@@ -1,0 +1,393 @@
+//! [`KafkaSource`]: a topic's partitions as splits, read from explicit
+//! offsets up to the high watermarks of the job's first start.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use tidewater_core::events::{ConnectionRetried, InternalEvent};
+use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
+
+use crate::client::ClientConfig;
+use crate::decode::{Format, RecordsBuilder};
+use crate::errors::{code_of, is_transient, kafka};
+
+/// How long a read waits for records before handing back what it has (or
+/// an empty batch), so that checkpoints and cancels are not held up by a
+/// quiet partition.
+const WAIT: Duration = Duration::from_millis(200);
+
+/// Transient errors in a row (no record between) before a read fails:
+/// librdkafka reconnects by itself, this bounds how long it may try.
+const MAX_TRANSIENT_ERRORS: u32 = 60;
+
+/// Reads a Kafka topic, bounded: each partition from its low watermark (or
+/// the checkpointed offset) up to the high watermark it had when the job
+/// first started. Transactional records are read `read_committed`: those of
+/// aborted transactions are skipped, and reading waits for open ones.
+///
+/// ```no_run
+/// # async fn f() -> tidewater_core::Result<()> {
+/// use tidewater_kafka::{ClientConfig, Format, KafkaSource};
+/// let source = KafkaSource::new(ClientConfig::new("127.0.0.1:9092"), "events", Format::Utf8)?
+///     .batch_rows(10_000);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct KafkaSource {
+    client: ClientConfig,
+    topic: Arc<str>,
+    format: Format,
+    schema: SchemaRef,
+    batch_rows: usize,
+}
+
+impl KafkaSource {
+    /// Reads `topic` of the cluster `client` names, decoding values as `format`.
+    pub fn new(client: ClientConfig, topic: &str, format: Format) -> Result<Self> {
+        let schema = format.schema()?;
+        Ok(KafkaSource {
+            client,
+            topic: topic.into(),
+            format,
+            schema,
+            batch_rows: 8192,
+        })
+    }
+
+    /// Records per batch at most (default 8192).
+    pub fn batch_rows(mut self, rows: usize) -> Self {
+        self.batch_rows = rows;
+        self
+    }
+
+    fn consumer_config(&self) -> rdkafka::ClientConfig {
+        self.client.rdkafka(&[
+            // Offsets are tidewater's cursors: the group only names the client.
+            ("group.id", "tidewater-source"),
+            ("enable.auto.commit", "false"),
+            ("enable.auto.offset.store", "false"),
+            ("isolation.level", "read_committed"),
+            // A checkpointed offset that retention deleted is lost data: fail.
+            ("auto.offset.reset", "error"),
+            ("enable.partition.eof", "true"),
+        ])
+    }
+
+    fn error(&self, doing: &str, e: KafkaError) -> Error {
+        kafka(doing, self.client.brokers(), &self.topic, e)
+    }
+}
+
+/// A split: one partition, from `start` to `end` (exclusive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Range {
+    partition: i32,
+    start: i64,
+    end: i64,
+}
+
+impl Range {
+    /// `{topic}:{partition}:{start}-{end}` (`:` is not allowed in topic names).
+    fn id(&self, topic: &str) -> String {
+        format!("{topic}:{}:{}-{}", self.partition, self.start, self.end)
+    }
+
+    fn parse(topic: &str, id: &str) -> Option<Range> {
+        let rest = id.strip_prefix(topic)?.strip_prefix(':')?;
+        let (partition, offsets) = rest.split_once(':')?;
+        let (start, end) = offsets.split_once('-')?;
+        let range = Range {
+            partition: partition.parse().ok()?,
+            start: start.parse().ok()?,
+            end: end.parse().ok()?,
+        };
+        (range.start <= range.end && range.start >= 0).then_some(range)
+    }
+
+    fn split(&self, topic: &str) -> Split {
+        Split {
+            id: self.id(topic),
+            estimated_rows: Some((self.end - self.start) as u64),
+        }
+    }
+}
+
+#[async_trait]
+impl Source for KafkaSource {
+    fn kind(&self) -> &str {
+        "kafka"
+    }
+
+    fn schema(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.batch_rows == 0 {
+            return Err(Error::InvalidConfig(
+                "the Kafka source's batch_rows is 0; give at least 1".into(),
+            ));
+        }
+        if self.topic.is_empty() || self.topic.contains(':') {
+            return Err(Error::InvalidConfig(format!(
+                "'{}' is not a Kafka topic name (letters, digits, '.', '_' and '-')",
+                self.topic
+            )));
+        }
+        Ok(())
+    }
+
+    async fn splits(&self) -> Result<Vec<Split>> {
+        let source = self.clone();
+        let ranges = tokio::task::spawn_blocking(move || source.watermarks())
+            .await
+            .map_err(|e| Error::Internal(format!("reading watermarks: {e}")))??;
+        Ok(ranges.iter().map(|r| r.split(&self.topic)).collect())
+    }
+
+    async fn resume_splits(&self, checkpointed: &[String]) -> Result<Option<Vec<Split>>> {
+        let mut splits = Vec::with_capacity(checkpointed.len());
+        for id in checkpointed {
+            let range = Range::parse(&self.topic, id).ok_or_else(|| {
+                Error::InvalidConfig(format!(
+                    "the checkpoint being restored read the split '{id}', which is not a \
+                     partition of topic '{}': restore with the topic it was started with, or \
+                     start the job anew with an empty state location",
+                    self.topic
+                ))
+            })?;
+            splits.push(range.split(&self.topic));
+        }
+        Ok(Some(splits))
+    }
+
+    async fn open(&self, split: &Split, cursor: Option<&Cursor>) -> Result<Box<dyn SplitReader>> {
+        let range = Range::parse(&self.topic, &split.id)
+            .ok_or_else(|| Error::Internal(format!("split '{}' is not a range", split.id)))?;
+        let next = match cursor {
+            None => range.start,
+            Some(c) => c["offset"].as_i64().ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "Kafka cursor {c} of split '{}' has no offset",
+                    split.id
+                ))
+            })?,
+        };
+        let consumer: StreamConsumer = self
+            .consumer_config()
+            .create()
+            .map_err(|e| self.error("creating a consumer", e))?;
+        if next < range.end {
+            let mut assignment = TopicPartitionList::new();
+            assignment
+                .add_partition_offset(&self.topic, range.partition, Offset::Offset(next))
+                .map_err(|e| self.error("assigning a partition", e))?;
+            consumer
+                .assign(&assignment)
+                .map_err(|e| self.error("assigning a partition", e))?;
+        }
+        let builder = RecordsBuilder::new(
+            &self.format,
+            Arc::clone(&self.schema),
+            Arc::clone(&self.topic),
+            range.partition,
+            self.batch_rows,
+        )?;
+        Ok(Box::new(PartitionReader {
+            source: self.clone(),
+            consumer,
+            range,
+            next,
+            builder,
+            transient_errors: 0,
+        }))
+    }
+}
+
+impl KafkaSource {
+    /// Each partition's range now: low to high watermark.
+    fn watermarks(&self) -> Result<Vec<Range>> {
+        let timeout = self.client.request_timeout();
+        let consumer: BaseConsumer = self
+            .consumer_config()
+            .create()
+            .map_err(|e| self.error("creating a consumer", e))?;
+        let metadata = consumer
+            .fetch_metadata(Some(&self.topic), timeout)
+            .map_err(|e| self.error("reading the topic's metadata", e))?;
+        let topic = metadata
+            .topics()
+            .iter()
+            .find(|t| t.name() == &*self.topic)
+            .ok_or_else(|| Error::External {
+                message: format!(
+                    "Kafka at {}: no metadata for topic '{}'",
+                    self.client.brokers(),
+                    self.topic
+                ),
+                retryable: true,
+            })?;
+        if let Some(e) = topic.error() {
+            return Err(self.error(
+                "reading the topic's metadata",
+                KafkaError::MetadataFetch(e.into()),
+            ));
+        }
+        if topic.partitions().is_empty() {
+            return Err(Error::InvalidConfig(format!(
+                "Kafka at {}: the topic '{}' does not exist (it has no partitions); create \
+                 it, or fix the topic's name",
+                self.client.brokers(),
+                self.topic
+            )));
+        }
+        let mut ranges = Vec::new();
+        for p in topic.partitions() {
+            let (start, end) = consumer
+                .fetch_watermarks(&self.topic, p.id(), timeout)
+                .map_err(|e| self.error(&format!("reading partition {}'s offsets", p.id()), e))?;
+            ranges.push(Range {
+                partition: p.id(),
+                start,
+                end,
+            });
+        }
+        ranges.sort_by_key(|r| r.partition);
+        Ok(ranges)
+    }
+}
+
+/// Reads one partition's range.
+struct PartitionReader {
+    source: KafkaSource,
+    consumer: StreamConsumer,
+    range: Range,
+    /// The offset after the last record returned: the cursor.
+    next: i64,
+    builder: RecordsBuilder,
+    transient_errors: u32,
+}
+
+impl PartitionReader {
+    /// The consumer's position: past the records consumed and the
+    /// transaction markers among them.
+    fn position(&self) -> Option<i64> {
+        let positions = self.consumer.position().ok()?;
+        let element = positions.find_partition(&self.source.topic, self.range.partition)?;
+        match element.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// Whether the range is read: the position reached its end (only
+    /// markers or aborted records may lie between the last record and it).
+    fn reached_end(&mut self) -> bool {
+        if self.position().is_some_and(|p| p >= self.range.end) {
+            self.next = self.range.end;
+        }
+        self.next >= self.range.end
+    }
+}
+
+#[async_trait]
+impl SplitReader for PartitionReader {
+    async fn next_batch(&mut self) -> Result<Option<RecordBatch>> {
+        if self.next >= self.range.end {
+            return Ok(None);
+        }
+        let deadline = Instant::now() + WAIT;
+        while self.builder.len() < self.source.batch_rows {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.consumer.recv()).await {
+                Ok(Ok(message)) => {
+                    self.transient_errors = 0;
+                    let offset = message.offset();
+                    if offset >= self.range.end {
+                        self.next = self.range.end;
+                        break;
+                    }
+                    self.builder.push(
+                        offset,
+                        message.timestamp().to_millis(),
+                        message.key(),
+                        message.payload(),
+                    )?;
+                    self.next = offset + 1;
+                    if self.next >= self.range.end {
+                        break;
+                    }
+                }
+                Ok(Err(KafkaError::PartitionEOF(_))) => {
+                    if self.reached_end() || self.builder.len() > 0 {
+                        break;
+                    }
+                }
+                Ok(Err(e)) => {
+                    let transient = code_of(&e).is_none_or(is_transient);
+                    self.transient_errors += 1;
+                    if !transient || self.transient_errors > MAX_TRANSIENT_ERRORS {
+                        let doing = format!("reading partition {}", self.range.partition);
+                        return Err(self.source.error(&doing, e));
+                    }
+                    ConnectionRetried {
+                        what: "kafka source",
+                        target: self.source.client.brokers(),
+                        attempt: self.transient_errors,
+                        of: MAX_TRANSIENT_ERRORS,
+                        backoff: WAIT,
+                        error: &e.to_string(),
+                    }
+                    .emit();
+                }
+                Err(_waited) => {
+                    // Nothing more for now: hand back what there is, so that
+                    // barriers pass.
+                    self.reached_end();
+                    break;
+                }
+            }
+        }
+        if self.builder.len() == 0 && self.next >= self.range.end {
+            return Ok(None);
+        }
+        Ok(Some(self.builder.finish()?))
+    }
+
+    fn cursor(&self) -> Cursor {
+        serde_json::json!({ "offset": self.next })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_split_id_keeps_its_range_and_its_topic() {
+        let range = Range {
+            partition: 7,
+            start: 100,
+            end: 2500,
+        };
+        let id = range.id("orders.v2");
+        assert_eq!(id, "orders.v2:7:100-2500");
+        assert_eq!(Range::parse("orders.v2", &id), Some(range));
+        for bad in [
+            "orders:7:100-2500",
+            "orders.v2:7:100",
+            "orders.v2:x:1-2",
+            "orders.v2:1:5-2",
+            "orders.v2:1:-1-2",
+        ] {
+            assert_eq!(Range::parse("orders.v2", bad), None, "{bad}");
+        }
+    }
+}
