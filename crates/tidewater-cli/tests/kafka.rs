@@ -483,6 +483,60 @@ fn bad_input_is_named_topic_record_and_what_to_do() {
         text(&output)
     );
 
+    // With a dead-letter output, records that do not decode are set aside
+    // by partition and offset, under the budget.
+    let topic = new_topic(&brokers, "deadletters", 1);
+    let mut rows = json_rows(0..10);
+    rows.insert(3, ("k-bad".into(), "{\"id\": 3, oops".into()));
+    rows.insert(
+        7,
+        ("k-type".into(), r#"{"id": "seven", "name": "x"}"#.into()),
+    );
+    produce(&brokers, &topic, &rows, None);
+    let lettered = |budget: u64| {
+        let folder = Folder::new();
+        let spec = replay_spec(&brokers, &topic, &folder, 1000).replace(
+            "batch_rows = 500",
+            &format!(
+                "batch_rows = 500\ndead_letter = \"{}\"\nmax_bad_rows = {budget}",
+                folder.s("dead")
+            ),
+        );
+        let path = folder.write("job.toml", &spec);
+        (run(&path, &[]), folder)
+    };
+    let (output, folder) = lettered(5);
+    assert!(output.status.success(), "{}", text(&output));
+    assert_eq!(replayed(&folder).len(), 10, "the records that decode");
+    let mut letters: Vec<(String, serde_json::Value)> = common::walk(&folder.path("dead"))
+        .into_iter()
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (
+                name,
+                serde_json::from_slice(&std::fs::read(&p).unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    letters.sort_by(|a, b| a.0.cmp(&b.0));
+    let names: Vec<&str> = letters.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["0-3.json", "0-7.json"], "{letters:?}");
+    assert_eq!(letters[0].1["key"], "k-bad");
+    assert!(
+        letters[1].1["error"]
+            .as_str()
+            .unwrap()
+            .contains("offset 7: the value does not fit the JSON schema"),
+        "{letters:?}"
+    );
+    let (output, _) = lettered(1);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("more than its dead-letter budget of 1 (max_bad_rows)"),
+        "{}",
+        text(&output)
+    );
+
     // A row larger than the producer's limit: named, with what to change.
     let out_topic = new_topic(&brokers, "large", 1);
     let large = Folder::new();
@@ -540,4 +594,131 @@ fn a_crash_at_each_instant_of_the_commit_leaves_the_records_once() {
         let ids = published_ids(&read_topic(&brokers, &topic, "read_committed"), 1000);
         assert_each_once(&ids, rows, point);
     }
+}
+
+/// A broker of this test's own (`scripts/kafka.sh` on other ports and
+/// folder), so that stopping it leaves the other tests' broker alone.
+struct OwnBroker {
+    port: u16,
+    controller: u16,
+    dir: tempfile::TempDir,
+}
+
+impl OwnBroker {
+    fn script(&self, command: &str) {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/kafka.sh");
+        let status = std::process::Command::new("bash")
+            .arg(script)
+            .arg(command)
+            .env("TIDEWATER_KAFKA_PORT", self.port.to_string())
+            .env(
+                "TIDEWATER_KAFKA_CONTROLLER_PORT",
+                self.controller.to_string(),
+            )
+            .env("TIDEWATER_KAFKA_DIR", self.dir.path().join("kafka"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "kafka.sh {command}");
+    }
+
+    fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        self.script("down");
+    }
+}
+
+#[test]
+fn a_broker_restarted_mid_run_is_waited_out_and_the_output_is_exact() {
+    if brokers().is_none() {
+        return;
+    }
+    let broker = OwnBroker {
+        port: free_port(),
+        controller: free_port(),
+        dir: tempfile::tempdir().unwrap(),
+    };
+    broker.script("up");
+    let brokers = broker.brokers();
+    let rows = 100_000;
+
+    // Publishing, exactly once, while the broker is away for 3 s.
+    let topic = new_topic(&brokers, "restart", 2);
+    let folder = Folder::new();
+    let spec = folder.write(
+        "job.toml",
+        &publish_spec(&brokers, &topic, &folder, rows, "exactly-once"),
+    );
+    let mut first = spawn_run(&spec, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    broker.script("stop");
+    std::thread::sleep(Duration::from_secs(3));
+    broker.script("start");
+    common::wait_or_kill(&mut first, Duration::from_secs(120)).expect("the run ends");
+    let first = first.wait_with_output().unwrap();
+    // Either it rode out the restart, or it failed naming the broker; then
+    // running it again finishes it.
+    if !first.status.success() {
+        assert!(
+            stderr(&first).contains(&format!("Kafka at {brokers}, topic '{topic}'")),
+            "{}",
+            text(&first)
+        );
+        let again = run(&spec, &[]);
+        assert!(again.status.success(), "{}", text(&again));
+    }
+    eprintln!(
+        "kafka restart: the publishing run {} the broker's restart",
+        if first.status.success() {
+            "rode out"
+        } else {
+            "failed on, and a rerun finished after,"
+        }
+    );
+    let ids = published_ids(&read_topic(&brokers, &topic, "read_committed"), 1000);
+    assert_each_once(&ids, rows, &topic);
+
+    // Replaying that topic into Parquet while the broker restarts again.
+    let replay = Folder::new();
+    let spec = replay.write(
+        "job.toml",
+        &publish_to_parquet_spec(&brokers, &topic, &replay),
+    );
+    let mut reading = spawn_run(&spec, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    broker.script("stop");
+    std::thread::sleep(Duration::from_secs(3));
+    broker.script("start");
+    common::wait_or_kill(&mut reading, Duration::from_secs(120)).expect("the run ends");
+    let reading = reading.wait_with_output().unwrap();
+    if !reading.status.success() {
+        assert!(
+            stderr(&reading).contains(&format!("Kafka at {brokers}")),
+            "{}",
+            text(&reading)
+        );
+        let again = run(&spec, &[]);
+        assert!(again.status.success(), "{}", text(&again));
+    }
+    let mut ids: Vec<u64> = read_output(&replay.path("out"))
+        .iter()
+        .flat_map(|b| {
+            let id = b.column_by_name("id").unwrap().as_primitive::<Int64Type>();
+            id.values().iter().map(|v| *v as u64).collect::<Vec<_>>()
+        })
+        .collect();
+    ids.sort_unstable();
+    assert_each_once(&ids, rows, "the replay");
+}
+
+/// Reads the generated rows `publish_spec` wrote to `topic` back into Parquet.
+fn publish_to_parquet_spec(brokers: &str, topic: &str, folder: &Folder) -> String {
+    replay_spec(brokers, topic, folder, 25_000).replace(
+        "schema = { id = \"int64\", name = \"utf8\" }",
+        "schema = { id = \"int64\", k = \"int64\", v = \"float64\", s = \"utf8\" }",
+    )
 }

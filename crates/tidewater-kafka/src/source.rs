@@ -7,15 +7,18 @@ use std::time::{Duration, Instant};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
+use object_store::ObjectStoreExt;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tidewater_core::events::{ConnectionRetried, InternalEvent};
-use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
+use tidewater_core::events::{ConnectionRetried, InternalEvent, RecordDeadLettered};
+use tidewater_core::{
+    Cursor, Error, Result, Source, Split, SplitReader, StoreLocation, open_location,
+};
 
 use crate::client::ClientConfig;
-use crate::decode::{Format, RecordsBuilder};
+use crate::decode::{Format, RecordsBuilder, Rejected};
 use crate::errors::{code_of, is_transient, kafka};
 
 /// How long a read waits for records before handing back what it has (or
@@ -46,6 +49,14 @@ pub struct KafkaSource {
     format: Format,
     schema: SchemaRef,
     batch_rows: usize,
+    dead_letters: Option<DeadLetters>,
+}
+
+/// Where records that do not decode go, and how many a partition may have.
+#[derive(Debug, Clone)]
+struct DeadLetters {
+    location: Arc<StoreLocation>,
+    max_per_partition: u64,
 }
 
 impl KafkaSource {
@@ -58,7 +69,21 @@ impl KafkaSource {
             format,
             schema,
             batch_rows: 8192,
+            dead_letters: None,
         })
+    }
+
+    /// Records that do not decode are written to `location` (a folder or
+    /// URL) as `{topic}/{partition}-{offset}.json` (the record's key, value
+    /// and what is wrong) and skipped, up to `max_per_partition` in each
+    /// partition; past that the job fails. Without this, the first such
+    /// record fails the job.
+    pub fn dead_letter(mut self, location: &str, max_per_partition: u64) -> Result<Self> {
+        self.dead_letters = Some(DeadLetters {
+            location: Arc::new(open_location(location)?),
+            max_per_partition,
+        });
+        Ok(self)
     }
 
     /// Records per batch at most (default 8192).
@@ -180,6 +205,7 @@ impl Source for KafkaSource {
                 ))
             })?,
         };
+        let bad = cursor.and_then(|c| c["bad"].as_u64()).unwrap_or(0);
         let consumer: StreamConsumer = self
             .consumer_config()
             .create()
@@ -207,6 +233,7 @@ impl Source for KafkaSource {
             next,
             builder,
             transient_errors: 0,
+            bad,
         }))
     }
 }
@@ -273,9 +300,71 @@ struct PartitionReader {
     next: i64,
     builder: RecordsBuilder,
     transient_errors: u32,
+    /// Records of this partition set aside as dead letters, over all runs.
+    bad: u64,
 }
 
 impl PartitionReader {
+    /// Sets `rejected` aside as dead letters, or fails the read with the
+    /// first when the source has no dead-letter output or its budget ran out.
+    async fn set_aside(&mut self, rejected: Vec<Rejected>) -> Result<()> {
+        let Some(first) = rejected.first() else {
+            return Ok(());
+        };
+        let Some(dead) = self.source.dead_letters.clone() else {
+            return Err(Error::BadInput(format!(
+                "{}; fix the record's producer, or give the source a dead_letter location to \
+                 set such records aside",
+                first.reason
+            )));
+        };
+        let (topic, partition) = (&self.source.topic, self.range.partition);
+        for r in rejected {
+            self.bad += 1;
+            if self.bad > dead.max_per_partition {
+                return Err(Error::BadInput(format!(
+                    "{}; that is {} records of partition {partition} that do not decode, more \
+                     than its dead-letter budget of {} (max_bad_rows): fix the records' \
+                     producer, or raise the budget and run again",
+                    r.reason, self.bad, dead.max_per_partition
+                )));
+            }
+            let path = dead
+                .location
+                .prefix
+                .clone()
+                .join(topic.as_ref())
+                .join(format!("{partition}-{}.json", r.offset));
+            fn text(bytes: &Option<Vec<u8>>) -> Option<String> {
+                bytes
+                    .as_deref()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+            }
+            let letter = serde_json::json!({
+                "topic": topic.as_ref(),
+                "partition": partition,
+                "offset": r.offset,
+                "key": text(&r.key),
+                "value": text(&r.value),
+                "error": r.reason,
+            });
+            RecordDeadLettered {
+                topic,
+                partition,
+                offset: r.offset,
+                target: &dead.location.display,
+                error: &r.reason,
+            }
+            .emit();
+            dead.location
+                .store
+                .put(&path, letter.to_string().into_bytes().into())
+                .await
+                .map_err(|e| Error::storage("write a dead letter", &path, e))?;
+        }
+        Ok(())
+    }
+
     /// The consumer's position: past the records consumed and the
     /// transaction markers among them.
     fn position(&self) -> Option<i64> {
@@ -304,6 +393,7 @@ impl SplitReader for PartitionReader {
             return Ok(None);
         }
         let deadline = Instant::now() + WAIT;
+        let mut rejected = Vec::new();
         while self.builder.len() < self.source.batch_rows {
             let left = deadline.saturating_duration_since(Instant::now());
             match tokio::time::timeout(left, self.consumer.recv()).await {
@@ -314,12 +404,12 @@ impl SplitReader for PartitionReader {
                         self.next = self.range.end;
                         break;
                     }
-                    self.builder.push(
+                    rejected.extend(self.builder.push(
                         offset,
                         message.timestamp().to_millis(),
                         message.key(),
                         message.payload(),
-                    )?;
+                    ));
                     self.next = offset + 1;
                     if self.next >= self.range.end {
                         break;
@@ -355,14 +445,18 @@ impl SplitReader for PartitionReader {
                 }
             }
         }
-        if self.builder.len() == 0 && self.next >= self.range.end {
+        let (batch, more) = self.builder.finish()?;
+        rejected.extend(more);
+        rejected.sort_by_key(|r| r.offset);
+        self.set_aside(rejected).await?;
+        if batch.num_rows() == 0 && self.next >= self.range.end {
             return Ok(None);
         }
-        Ok(Some(self.builder.finish()?))
+        Ok(Some(batch))
     }
 
     fn cursor(&self) -> Cursor {
-        serde_json::json!({ "offset": self.next })
+        serde_json::json!({ "offset": self.next, "bad": self.bad })
     }
 }
 

@@ -274,6 +274,8 @@ async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> 
             topic,
             format,
             batch_rows,
+            dead_letter,
+            max_bad_rows,
             properties,
             ..
         } => {
@@ -293,6 +295,12 @@ async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> 
                 .with_context(|| format!("opening the Kafka topic {topic}"))?;
             if let Some(rows) = batch_rows {
                 source = source.batch_rows(*rows);
+            }
+            if let Some(at) = dead_letter {
+                let budget = max_bad_rows.unwrap_or(crate::spec::model::DEFAULT_MAX_BAD_ROWS);
+                source = source
+                    .dead_letter(at, budget)
+                    .with_context(|| format!("opening the dead-letter output at {at}"))?;
             }
             Either::Source(OpenedSource::Kafka(source))
         }
@@ -337,6 +345,10 @@ pub async fn probe_outputs(spec: &Spec) -> Vec<(String, anyhow::Error)> {
                 dead_letter: Some(at),
                 ..
             }) => &at.value,
+            Kind::KafkaSource {
+                dead_letter: Some(at),
+                ..
+            } => at,
             _ => continue,
         };
         if let Err(e) = probe_output(path).await {

@@ -48,6 +48,19 @@ pub(super) fn source(f: &Fields<'_, '_>, throttle: ThrottleSpec) -> Option<Kind>
     let bad_format = format.is_none() && f.has("format");
     let schema = f.string_table("schema");
     let batch_rows = f.integer("batch_rows", 1).map(|v| v.value as usize);
+    let dead_letter = f.string("dead_letter");
+    let max_bad_rows = f.integer("max_bad_rows", 0);
+    if let Some(budget) = &max_bad_rows
+        && dead_letter.is_none()
+    {
+        f.report(
+            Diagnostic::at(
+                budget.span.clone(),
+                format!("{}: `max_bad_rows` needs `dead_letter`", f.name),
+            )
+            .help("add dead_letter = \"./dead-letters\": where the records that do not decode go"),
+        );
+    }
     let properties = properties(f);
     let format = match format.as_ref().map_or("utf8", |v| v.value.as_str()) {
         "raw" => KafkaFormat::Raw,
@@ -103,6 +116,8 @@ pub(super) fn source(f: &Fields<'_, '_>, throttle: ThrottleSpec) -> Option<Kind>
         topic: topic?.value,
         format,
         batch_rows,
+        dead_letter: dead_letter.map(|v| v.value),
+        max_bad_rows: max_bad_rows.map(|v| v.value),
         properties,
         throttle,
     })

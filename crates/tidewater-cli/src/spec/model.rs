@@ -118,6 +118,10 @@ pub enum Kind {
         format: KafkaFormat,
         /// Records per batch.
         batch_rows: Option<usize>,
+        /// Where records that do not decode go instead of failing the job.
+        dead_letter: Option<String>,
+        /// How many a partition may have (with `dead_letter`).
+        max_bad_rows: Option<u64>,
         /// librdkafka settings (TLS, SASL, ...).
         properties: Vec<(String, String)>,
         /// Throttles on the source.

@@ -31,8 +31,8 @@ pub use restore::{
 pub use sink::{CleanupFailed, RowDeadLettered, SinkCommitted, SinkReverted};
 pub use storage::{
     DirectWriteRefused, FileAlreadyPublished, FileCommitted, FileFinished, FileResumed,
-    InputDeadLettered, LeftoverDeleted, PreparedCommitted, PreparedRolledBack, SourcePlanned,
-    StoreWithoutConditionalWrites,
+    InputDeadLettered, LeftoverDeleted, PreparedCommitted, PreparedRolledBack, RecordDeadLettered,
+    SourcePlanned, StoreWithoutConditionalWrites,
 };
 pub use throttle::{ReplicaLagRead, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
 

@@ -67,6 +67,37 @@ impl InternalEvent for InputDeadLettered<'_> {
     }
 }
 
+/// A record of a topic that does not decode was skipped and recorded as a
+/// dead letter.
+#[derive(Debug)]
+pub struct RecordDeadLettered<'a> {
+    /// The topic.
+    pub topic: &'a str,
+    /// The partition.
+    pub partition: i32,
+    /// The record's offset.
+    pub offset: i64,
+    /// Where it was recorded.
+    pub target: &'a str,
+    /// Why it does not decode.
+    pub error: &'a str,
+}
+
+impl InternalEvent for RecordDeadLettered<'_> {
+    fn emit(self) {
+        warn!(
+            topic = self.topic,
+            partition = self.partition,
+            offset = self.offset,
+            error = self.error,
+            "skipping a record that does not decode (dead letter in {})",
+            self.target
+        );
+        counter!("tidewater_input_dead_lettered_total").increment(1);
+        super::live::dead_lettered();
+    }
+}
+
 /// A sink finished an output file; it becomes visible with the next checkpoint.
 #[derive(Debug)]
 pub struct FileFinished<'a> {
