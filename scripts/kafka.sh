@@ -9,6 +9,7 @@
 #   bash scripts/kafka.sh down   # stop it and delete its log folder
 #   bash scripts/kafka.sh stop   # stop it, keeping its log folder (a broker restart, for tests)
 #   bash scripts/kafka.sh start  # start it again on that folder, wait until it answers
+#   bash scripts/kafka.sh topic NAME PARTITIONS   # create a topic (Kafka's own TopicCommand)
 #
 # TIDEWATER_KAFKA_PORT, TIDEWATER_KAFKA_CONTROLLER_PORT and TIDEWATER_KAFKA_DIR
 # place a second broker beside the first (the restart test runs its own).
@@ -135,11 +136,22 @@ down() {
   rm -rf "$dir"
 }
 
+topic() {
+  local log
+  log=$(mktemp)
+  java -cp "$cache/libs/*" org.apache.kafka.tools.TopicCommand \
+    --bootstrap-server "127.0.0.1:$port" --create --topic "$1" --partitions "$2" \
+    --replication-factor 1 >"$log" 2>&1 \
+    || { echo "creating topic $1 failed:" >&2; tail -n 20 "$log" >&2; rm -f "$log"; return 1; }
+  rm -f "$log"
+}
+
 case "${1:-}" in
   up) up ;;
   env) env_ ;;
   down) down ;;
   stop) stop ;;
   start) start ;;
-  *) echo "usage: $0 up|env|down|stop|start" >&2; exit 2 ;;
+  topic) topic "$2" "$3" ;;
+  *) echo "usage: $0 up|env|down|stop|start|topic NAME PARTITIONS" >&2; exit 2 ;;
 esac

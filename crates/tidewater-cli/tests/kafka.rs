@@ -466,6 +466,31 @@ fn bad_input_is_named_topic_record_and_what_to_do() {
         text(&output)
     );
 
+    // `validate --connect` finds it before any run, and so for a sink's topic.
+    let validated = tidewater()
+        .args(["validate", "--connect"])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert!(!validated.status.success());
+    assert!(
+        text(&validated).contains("topic 'tw-no-such-topic' does not exist"),
+        "{}",
+        text(&validated)
+    );
+    let nowhere = Folder::new();
+    let spec = nowhere.write(
+        "job.toml",
+        &publish_spec(&brokers, "tw-no-such-output", &nowhere, 100, "exactly-once"),
+    );
+    let output = run(&spec, &[]);
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("topic 'tw-no-such-output' does not exist"),
+        "{}",
+        text(&output)
+    );
+
     // A record that is not JSON: its partition and offset.
     let topic = new_topic(&brokers, "badjson", 1);
     let mut rows = json_rows(0..10);
@@ -653,32 +678,12 @@ fn a_broker_restarted_mid_run_is_waited_out_and_the_output_is_exact() {
         "job.toml",
         &publish_spec(&brokers, &topic, &folder, rows, "exactly-once"),
     );
-    let mut first = spawn_run(&spec, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
-    broker.script("stop");
-    std::thread::sleep(Duration::from_secs(3));
-    broker.script("start");
-    common::wait_or_kill(&mut first, Duration::from_secs(120)).expect("the run ends");
-    let first = first.wait_with_output().unwrap();
-    // Either it rode out the restart, or it failed naming the broker; then
-    // running it again finishes it.
-    if !first.status.success() {
-        assert!(
-            stderr(&first).contains(&format!("Kafka at {brokers}, topic '{topic}'")),
-            "{}",
-            text(&first)
-        );
-        let again = run(&spec, &[]);
-        assert!(again.status.success(), "{}", text(&again));
-    }
-    eprintln!(
-        "kafka restart: the publishing run {} the broker's restart",
-        if first.status.success() {
-            "rode out"
-        } else {
-            "failed on, and a rerun finished after,"
-        }
+    let rode_out = through_a_restart(
+        &broker,
+        &spec,
+        &format!("Kafka at {brokers}, topic '{topic}'"),
     );
+    eprintln!("kafka restart: the publishing run rode out the restart: {rode_out}");
     let ids = published_ids(&read_topic(&brokers, &topic, "read_committed"), 1000);
     assert_each_once(&ids, rows, &topic);
 
@@ -688,22 +693,8 @@ fn a_broker_restarted_mid_run_is_waited_out_and_the_output_is_exact() {
         "job.toml",
         &publish_to_parquet_spec(&brokers, &topic, &replay),
     );
-    let mut reading = spawn_run(&spec, &[]);
-    std::thread::sleep(Duration::from_millis(1500));
-    broker.script("stop");
-    std::thread::sleep(Duration::from_secs(3));
-    broker.script("start");
-    common::wait_or_kill(&mut reading, Duration::from_secs(120)).expect("the run ends");
-    let reading = reading.wait_with_output().unwrap();
-    if !reading.status.success() {
-        assert!(
-            stderr(&reading).contains(&format!("Kafka at {brokers}")),
-            "{}",
-            text(&reading)
-        );
-        let again = run(&spec, &[]);
-        assert!(again.status.success(), "{}", text(&again));
-    }
+    let rode_out = through_a_restart(&broker, &spec, &format!("Kafka at {brokers}"));
+    eprintln!("kafka restart: the replaying run rode out the restart: {rode_out}");
     let mut ids: Vec<u64> = read_output(&replay.path("out"))
         .iter()
         .flat_map(|b| {
@@ -713,6 +704,26 @@ fn a_broker_restarted_mid_run_is_waited_out_and_the_output_is_exact() {
         .collect();
     ids.sort_unstable();
     assert_each_once(&ids, rows, "the replay");
+}
+
+/// Runs `spec` while `broker` is stopped for 3 s and started again. The run
+/// either rides the restart out (true) or fails with an error saying
+/// `names` (the broker, the topic), and then running it again finishes it.
+fn through_a_restart(broker: &OwnBroker, spec: &std::path::Path, names: &str) -> bool {
+    let mut child = spawn_run(spec, &[]);
+    std::thread::sleep(Duration::from_millis(1500));
+    broker.script("stop");
+    std::thread::sleep(Duration::from_secs(3));
+    broker.script("start");
+    common::wait_or_kill(&mut child, Duration::from_secs(120)).expect("the run ends");
+    let output = child.wait_with_output().unwrap();
+    if output.status.success() {
+        return true;
+    }
+    assert!(stderr(&output).contains(names), "{}", text(&output));
+    let again = run(spec, &[]);
+    assert!(again.status.success(), "{}", text(&again));
+    false
 }
 
 /// Reads the generated rows `publish_spec` wrote to `topic` back into Parquet.

@@ -1,7 +1,55 @@
 //! Where the brokers are and how to talk to them: the settings every
-//! consumer and producer of a connector starts from.
+//! consumer and producer of a connector starts from, and the one question
+//! both connectors ask first (does the topic exist, with what partitions).
 
 use std::time::Duration;
+
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::error::KafkaError;
+use tidewater_core::{Error, Result};
+
+use crate::errors::kafka;
+
+/// The partitions of `topic`, sorted; an error naming the topic when it
+/// does not exist or the brokers refuse it.
+pub(crate) fn partitions<C: ClientContext + ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    client: &ClientConfig,
+    topic: &str,
+) -> Result<Vec<i32>> {
+    let error = |doing: &str, e: KafkaError| kafka(doing, client.brokers(), topic, e);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), client.request_timeout())
+        .map_err(|e| error("reading the topic's metadata", e))?;
+    let found = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .ok_or_else(|| Error::External {
+            message: format!(
+                "Kafka at {}: no metadata for topic '{topic}'",
+                client.brokers()
+            ),
+            retryable: true,
+        })?;
+    if let Some(e) = found.error() {
+        return Err(error(
+            "reading the topic's metadata",
+            KafkaError::MetadataFetch(e.into()),
+        ));
+    }
+    if found.partitions().is_empty() {
+        return Err(Error::InvalidConfig(format!(
+            "Kafka at {}: the topic '{topic}' does not exist (it has no partitions); create \
+             it, or fix the topic's name",
+            client.brokers()
+        )));
+    }
+    let mut ids: Vec<i32> = found.partitions().iter().map(|p| p.id()).collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
 
 /// The brokers and any librdkafka settings of the user's (TLS, SASL, ...).
 ///

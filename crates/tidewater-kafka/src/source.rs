@@ -239,6 +239,21 @@ impl Source for KafkaSource {
 }
 
 impl KafkaSource {
+    /// Checks that the brokers answer and the topic exists (for `validate
+    /// --connect`, and so that a run fails before it starts).
+    pub async fn probe(&self) -> Result<()> {
+        let source = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = source
+                .consumer_config()
+                .create()
+                .map_err(|e| source.error("creating a consumer", e))?;
+            crate::client::partitions(&consumer, &source.client, &source.topic).map(|_| ())
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("probing Kafka: {e}")))?
+    }
+
     /// Each partition's range now: low to high watermark.
     fn watermarks(&self) -> Result<Vec<Range>> {
         let timeout = self.client.request_timeout();
@@ -246,42 +261,14 @@ impl KafkaSource {
             .consumer_config()
             .create()
             .map_err(|e| self.error("creating a consumer", e))?;
-        let metadata = consumer
-            .fetch_metadata(Some(&self.topic), timeout)
-            .map_err(|e| self.error("reading the topic's metadata", e))?;
-        let topic = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == &*self.topic)
-            .ok_or_else(|| Error::External {
-                message: format!(
-                    "Kafka at {}: no metadata for topic '{}'",
-                    self.client.brokers(),
-                    self.topic
-                ),
-                retryable: true,
-            })?;
-        if let Some(e) = topic.error() {
-            return Err(self.error(
-                "reading the topic's metadata",
-                KafkaError::MetadataFetch(e.into()),
-            ));
-        }
-        if topic.partitions().is_empty() {
-            return Err(Error::InvalidConfig(format!(
-                "Kafka at {}: the topic '{}' does not exist (it has no partitions); create \
-                 it, or fix the topic's name",
-                self.client.brokers(),
-                self.topic
-            )));
-        }
+        let partitions = crate::client::partitions(&consumer, &self.client, &self.topic)?;
         let mut ranges = Vec::new();
-        for p in topic.partitions() {
+        for partition in partitions {
             let (start, end) = consumer
-                .fetch_watermarks(&self.topic, p.id(), timeout)
-                .map_err(|e| self.error(&format!("reading partition {}'s offsets", p.id()), e))?;
+                .fetch_watermarks(&self.topic, partition, timeout)
+                .map_err(|e| self.error(&format!("reading partition {partition}'s offsets"), e))?;
             ranges.push(Range {
-                partition: p.id(),
+                partition,
                 start,
                 end,
             });

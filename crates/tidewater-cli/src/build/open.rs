@@ -302,6 +302,10 @@ async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> 
                     .dead_letter(at, budget)
                     .with_context(|| format!("opening the dead-letter output at {at}"))?;
             }
+            source
+                .probe()
+                .await
+                .with_context(|| format!("opening the Kafka topic {topic}"))?;
             Either::Source(OpenedSource::Kafka(source))
         }
         Kind::KafkaSink {
@@ -323,6 +327,9 @@ async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> 
             if let Some(column) = key {
                 sink = sink.key_column(column);
             }
+            sink.probe()
+                .await
+                .with_context(|| format!("opening the Kafka topic {topic}"))?;
             Either::Sink(OpenedSink::Kafka(sink))
         }
         Kind::Generator { .. } | Kind::Sql(_) | Kind::Aggregate { .. } => return Ok(None),

@@ -134,6 +134,21 @@ impl KafkaSink {
         kafka(doing, self.client.brokers(), &self.topic, e)
     }
 
+    /// Checks that the brokers answer and the topic exists (for `validate
+    /// --connect`, and so that a run fails before its first checkpoint).
+    pub async fn probe(&self) -> Result<()> {
+        let (client, topic) = (self.client.clone(), self.topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let consumer: rdkafka::consumer::BaseConsumer = client
+                .rdkafka(&[])
+                .create()
+                .map_err(|e| kafka("creating a client", client.brokers(), &topic, e))?;
+            crate::client::partitions(&consumer, &client, &topic).map(|_| ())
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("probing Kafka: {e}")))?
+    }
+
     fn staged_prefix(&self, job: &str, uid: &str) -> object_store::path::Path {
         self.staging.prefix.clone().join(job).join(uid)
     }
