@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use arrow::array::AsArray;
 use arrow::datatypes::{Int32Type, Int64Type};
-use common::{Rng, read_output, text};
+use common::{Rng, read_output, signal, text};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -732,4 +732,82 @@ fn publish_to_parquet_spec(brokers: &str, topic: &str, folder: &Folder) -> Strin
         "schema = { id = \"int64\", name = \"utf8\" }",
         "schema = { id = \"int64\", k = \"int64\", v = \"float64\", s = \"utf8\" }",
     )
+}
+
+#[test]
+fn an_unbounded_replay_follows_the_topic_across_kills_and_ends_at_a_cancel() {
+    let Some(brokers) = brokers() else { return };
+    let mut rng = Rng::from_time();
+    let topic = new_topic(&brokers, "follow", 3);
+    produce(&brokers, &topic, &json_rows(0..5_000), None);
+    let folder = Folder::new();
+    let spec = folder.write(
+        "job.toml",
+        &replay_spec(&brokers, &topic, &folder, 20_000)
+            .replace(
+                "format = \"json\"",
+                "format = \"json\"\nmode = \"unbounded\"",
+            )
+            .replace(
+                "type = \"parquet\"",
+                "type = \"parquet\"\nmax_file_age = \"1s\"",
+            ),
+    );
+    // The topic grows while runs are killed: plain records, and a
+    // transaction that is aborted (never to be read).
+    let writer = {
+        let (brokers, topic) = (brokers.clone(), topic.clone());
+        std::thread::spawn(move || {
+            for round in 0..8i64 {
+                let from = 5_000 + round * 1_000;
+                produce(&brokers, &topic, &json_rows(from..from + 1_000), None);
+                if round == 3 {
+                    produce(&brokers, &topic, &json_rows(800_000..800_300), Some(false));
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        })
+    };
+    let mut kills = 0;
+    while !writer.is_finished() || kills < 6 {
+        let mut child = spawn_run(&spec, &["--progress", "off"]);
+        std::thread::sleep(Duration::from_millis(400 + rng.below(1600)));
+        if child.try_wait().unwrap().is_some() {
+            panic!(
+                "an unbounded run ended by itself:\n{}",
+                text(&child.wait_with_output().unwrap())
+            );
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        kills += 1;
+    }
+    writer.join().unwrap();
+    let oracle = read_topic(&brokers, &topic, "read_committed");
+    assert_eq!(oracle.len(), 13_000);
+
+    // The last run follows until everything is out, then a Ctrl-C ends it.
+    let mut last = spawn_run(&spec, &["--progress", "off"]);
+    // Past its start-up (and its Ctrl-C handler), and a checkpoint or two.
+    std::thread::sleep(Duration::from_secs(3));
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while replayed(&folder).len() < oracle.len() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after {kills} kills the replay has {} of {} records",
+            replayed(&folder).len(),
+            oracle.len()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    signal(&last, "INT");
+    common::wait_or_kill(&mut last, Duration::from_secs(60)).expect("the run stops on Ctrl-C");
+    let last = last.wait_with_output().unwrap();
+    assert_eq!(last.status.code(), Some(3), "{}", text(&last));
+    let got = replayed(&folder);
+    assert_eq!(got.len(), oracle.len(), "after {kills} kills");
+    assert!(
+        got == oracle,
+        "the replay differs from the topic after {kills} kills"
+    );
 }

@@ -7,7 +7,8 @@
 //!   watermarks seen when the job first started (kept in the split ids, so
 //!   a resumed run stops at the same offsets), with `read_committed`
 //!   isolation, and decodes records as raw bytes, UTF-8 text or JSON with a
-//!   given Arrow schema.
+//!   given Arrow schema. [`KafkaSource::unbounded`] reads without end
+//!   instead, until the job is cancelled.
 //! - [`KafkaSink`] writes rows as JSON records, at least once (an
 //!   idempotent producer flushed at each checkpoint) or exactly once
 //!   (Kafka transactions tied to checkpoints; see [`sink`] for the protocol
@@ -21,6 +22,7 @@ mod decode;
 mod errors;
 pub mod sink;
 mod source;
+mod stream;
 
 pub use client::ClientConfig;
 pub use decode::Format;

@@ -20,15 +20,16 @@ use tidewater_core::{
 use crate::client::ClientConfig;
 use crate::decode::{Format, RecordsBuilder, Rejected};
 use crate::errors::{code_of, is_transient, kafka};
+use crate::stream;
 
 /// How long a read waits for records before handing back what it has (or
 /// an empty batch), so that checkpoints and cancels are not held up by a
 /// quiet partition.
-const WAIT: Duration = Duration::from_millis(200);
+pub(crate) const WAIT: Duration = Duration::from_millis(200);
 
 /// Transient errors in a row (no record between) before a read fails:
 /// librdkafka reconnects by itself, this bounds how long it may try.
-const MAX_TRANSIENT_ERRORS: u32 = 60;
+pub(crate) const MAX_TRANSIENT_ERRORS: u32 = 60;
 
 /// Reads a Kafka topic, bounded: each partition from its low watermark (or
 /// the checkpointed offset) up to the high watermark it had when the job
@@ -50,6 +51,8 @@ pub struct KafkaSource {
     schema: SchemaRef,
     batch_rows: usize,
     dead_letters: Option<DeadLetters>,
+    /// Unbounded: this many readers, each over a share of the partitions.
+    readers: Option<usize>,
 }
 
 /// Where records that do not decode go, and how many a partition may have.
@@ -70,7 +73,62 @@ impl KafkaSource {
             schema,
             batch_rows: 8192,
             dead_letters: None,
+            readers: None,
         })
+    }
+
+    /// Reads without end, until the job is cancelled: `readers` consumers
+    /// (at most one per partition), reader `i` taking the partitions `p`
+    /// with `p % readers == i`, each from the beginning (or its cursor).
+    /// Give it as many readers as the source has subtasks: a subtask reads
+    /// its splits one after another, and an unbounded one never ends.
+    /// Partitions added to the topic later are not read.
+    pub fn unbounded(mut self, readers: usize) -> Self {
+        self.readers = Some(readers.max(1));
+        self
+    }
+
+    pub(crate) fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    pub(crate) fn client_brokers(&self) -> &str {
+        self.client.brokers()
+    }
+
+    pub(crate) fn batch_rows_limit(&self) -> usize {
+        self.batch_rows
+    }
+
+    pub(crate) fn schema_ref(&self) -> SchemaRef {
+        Arc::clone(&self.schema)
+    }
+
+    /// A builder of this source's batches for `partition`.
+    pub(crate) fn builder(&self, partition: i32) -> Result<RecordsBuilder> {
+        RecordsBuilder::new(
+            &self.format,
+            Arc::clone(&self.schema),
+            Arc::clone(&self.topic),
+            partition,
+            self.batch_rows,
+        )
+    }
+
+    /// The topic's partitions (blocking: call from a blocking thread).
+    fn partitions_now(&self) -> Result<Vec<i32>> {
+        let consumer: BaseConsumer = self
+            .consumer_config()
+            .create()
+            .map_err(|e| self.error("creating a consumer", e))?;
+        crate::client::partitions(&consumer, &self.client, &self.topic)
+    }
+
+    async fn partitions(&self) -> Result<Vec<i32>> {
+        let source = self.clone();
+        tokio::task::spawn_blocking(move || source.partitions_now())
+            .await
+            .map_err(|e| Error::Internal(format!("reading the topic's partitions: {e}")))?
     }
 
     /// Records that do not decode are written to `location` (a folder or
@@ -105,7 +163,7 @@ impl KafkaSource {
         ])
     }
 
-    fn error(&self, doing: &str, e: KafkaError) -> Error {
+    pub(crate) fn error(&self, doing: &str, e: KafkaError) -> Error {
         kafka(doing, self.client.brokers(), &self.topic, e)
     }
 }
@@ -170,6 +228,16 @@ impl Source for KafkaSource {
     }
 
     async fn splits(&self) -> Result<Vec<Split>> {
+        if let Some(readers) = self.readers {
+            let partitions = self.partitions().await?;
+            return Ok(stream::shares(readers, partitions.len())
+                .iter()
+                .map(|share| Split {
+                    id: share.id(&self.topic),
+                    estimated_rows: None,
+                })
+                .collect());
+        }
         let source = self.clone();
         let ranges = tokio::task::spawn_blocking(move || source.watermarks())
             .await
@@ -180,20 +248,35 @@ impl Source for KafkaSource {
     async fn resume_splits(&self, checkpointed: &[String]) -> Result<Option<Vec<Split>>> {
         let mut splits = Vec::with_capacity(checkpointed.len());
         for id in checkpointed {
-            let range = Range::parse(&self.topic, id).ok_or_else(|| {
-                Error::InvalidConfig(format!(
-                    "the checkpoint being restored read the split '{id}', which is not a \
-                     partition of topic '{}': restore with the topic it was started with, or \
-                     start the job anew with an empty state location",
-                    self.topic
-                ))
-            })?;
-            splits.push(range.split(&self.topic));
+            if let Some(range) = Range::parse(&self.topic, id) {
+                splits.push(range.split(&self.topic));
+            } else if stream::Share::parse(&self.topic, id).is_some() {
+                splits.push(Split {
+                    id: id.clone(),
+                    estimated_rows: None,
+                });
+            } else {
+                return Err(stream::unknown_split(&self.topic, id));
+            }
         }
         Ok(Some(splits))
     }
 
     async fn open(&self, split: &Split, cursor: Option<&Cursor>) -> Result<Box<dyn SplitReader>> {
+        if let Some(share) = stream::Share::parse(&self.topic, &split.id) {
+            let partitions = self.partitions().await?;
+            let consumer: StreamConsumer = self
+                .consumer_config()
+                .create()
+                .map_err(|e| self.error("creating a consumer", e))?;
+            return Ok(Box::new(stream::ShareReader::open(
+                self,
+                consumer,
+                share,
+                &partitions,
+                cursor,
+            )?));
+        }
         let range = Range::parse(&self.topic, &split.id)
             .ok_or_else(|| Error::Internal(format!("split '{}' is not a range", split.id)))?;
         let next = match cursor {
@@ -219,13 +302,7 @@ impl Source for KafkaSource {
                 .assign(&assignment)
                 .map_err(|e| self.error("assigning a partition", e))?;
         }
-        let builder = RecordsBuilder::new(
-            &self.format,
-            Arc::clone(&self.schema),
-            Arc::clone(&self.topic),
-            range.partition,
-            self.batch_rows,
-        )?;
+        let builder = self.builder(range.partition)?;
         Ok(Box::new(PartitionReader {
             source: self.clone(),
             consumer,
@@ -239,6 +316,71 @@ impl Source for KafkaSource {
 }
 
 impl KafkaSource {
+    /// Sets `rejected` aside as dead letters, or fails the read with the
+    /// first when the source has no dead-letter output or its budget ran out.
+    pub(crate) async fn set_aside(
+        &self,
+        partition: i32,
+        bad: &mut u64,
+        rejected: Vec<Rejected>,
+    ) -> Result<()> {
+        let Some(first) = rejected.first() else {
+            return Ok(());
+        };
+        let Some(dead) = self.dead_letters.clone() else {
+            return Err(Error::BadInput(format!(
+                "{}; fix the record's producer, or give the source a dead_letter location to \
+                 set such records aside",
+                first.reason
+            )));
+        };
+        let topic = &self.topic;
+        for r in rejected {
+            *bad += 1;
+            if *bad > dead.max_per_partition {
+                return Err(Error::BadInput(format!(
+                    "{}; that is {} records of partition {partition} that do not decode, more \
+                     than its dead-letter budget of {} (max_bad_rows): fix the records' \
+                     producer, or raise the budget and run again",
+                    r.reason, bad, dead.max_per_partition
+                )));
+            }
+            let path = dead
+                .location
+                .prefix
+                .clone()
+                .join(topic.as_ref())
+                .join(format!("{partition}-{}.json", r.offset));
+            fn text(bytes: &Option<Vec<u8>>) -> Option<String> {
+                bytes
+                    .as_deref()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+            }
+            let letter = serde_json::json!({
+                "topic": topic.as_ref(),
+                "partition": partition,
+                "offset": r.offset,
+                "key": text(&r.key),
+                "value": text(&r.value),
+                "error": r.reason,
+            });
+            RecordDeadLettered {
+                topic,
+                partition,
+                offset: r.offset,
+                target: &dead.location.display,
+                error: &r.reason,
+            }
+            .emit();
+            dead.location
+                .store
+                .put(&path, letter.to_string().into_bytes().into())
+                .await
+                .map_err(|e| Error::storage("write a dead letter", &path, e))?;
+        }
+        Ok(())
+    }
+
     /// Checks that the brokers answer and the topic exists (for `validate
     /// --connect`, and so that a run fails before it starts).
     pub async fn probe(&self) -> Result<()> {
@@ -292,66 +434,6 @@ struct PartitionReader {
 }
 
 impl PartitionReader {
-    /// Sets `rejected` aside as dead letters, or fails the read with the
-    /// first when the source has no dead-letter output or its budget ran out.
-    async fn set_aside(&mut self, rejected: Vec<Rejected>) -> Result<()> {
-        let Some(first) = rejected.first() else {
-            return Ok(());
-        };
-        let Some(dead) = self.source.dead_letters.clone() else {
-            return Err(Error::BadInput(format!(
-                "{}; fix the record's producer, or give the source a dead_letter location to \
-                 set such records aside",
-                first.reason
-            )));
-        };
-        let (topic, partition) = (&self.source.topic, self.range.partition);
-        for r in rejected {
-            self.bad += 1;
-            if self.bad > dead.max_per_partition {
-                return Err(Error::BadInput(format!(
-                    "{}; that is {} records of partition {partition} that do not decode, more \
-                     than its dead-letter budget of {} (max_bad_rows): fix the records' \
-                     producer, or raise the budget and run again",
-                    r.reason, self.bad, dead.max_per_partition
-                )));
-            }
-            let path = dead
-                .location
-                .prefix
-                .clone()
-                .join(topic.as_ref())
-                .join(format!("{partition}-{}.json", r.offset));
-            fn text(bytes: &Option<Vec<u8>>) -> Option<String> {
-                bytes
-                    .as_deref()
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-            }
-            let letter = serde_json::json!({
-                "topic": topic.as_ref(),
-                "partition": partition,
-                "offset": r.offset,
-                "key": text(&r.key),
-                "value": text(&r.value),
-                "error": r.reason,
-            });
-            RecordDeadLettered {
-                topic,
-                partition,
-                offset: r.offset,
-                target: &dead.location.display,
-                error: &r.reason,
-            }
-            .emit();
-            dead.location
-                .store
-                .put(&path, letter.to_string().into_bytes().into())
-                .await
-                .map_err(|e| Error::storage("write a dead letter", &path, e))?;
-        }
-        Ok(())
-    }
-
     /// The consumer's position: past the records consumed and the
     /// transaction markers among them.
     fn position(&self) -> Option<i64> {
@@ -435,7 +517,10 @@ impl SplitReader for PartitionReader {
         let (batch, more) = self.builder.finish()?;
         rejected.extend(more);
         rejected.sort_by_key(|r| r.offset);
-        self.set_aside(rejected).await?;
+        let partition = self.range.partition;
+        self.source
+            .set_aside(partition, &mut self.bad, rejected)
+            .await?;
         if batch.num_rows() == 0 && self.next >= self.range.end {
             return Ok(None);
         }

@@ -128,7 +128,8 @@ pub async fn open(spec: &Spec, connect: bool) -> Result<Opened, Vec<(String, any
             }
             continue;
         }
-        match open_one(c, &spec.job.state).await {
+        let parallelism = c.parallelism.unwrap_or(spec.job.parallelism);
+        match open_one(c, &spec.job.state, parallelism).await {
             Ok(Some(Either::Source(s))) => {
                 opened.sources.insert(id, s);
             }
@@ -162,7 +163,11 @@ fn kafka_client(brokers: &str, properties: &[(String, String)]) -> ClientConfig 
         .fold(ClientConfig::new(brokers), |c, (k, v)| c.set(k, v))
 }
 
-async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> {
+async fn open_one(
+    c: &Component,
+    state: &str,
+    parallelism: usize,
+) -> anyhow::Result<Option<Either>> {
     Ok(Some(match &c.kind {
         Kind::ParquetSource {
             path,
@@ -273,6 +278,7 @@ async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> 
             brokers,
             topic,
             format,
+            unbounded,
             batch_rows,
             dead_letter,
             max_bad_rows,
@@ -295,6 +301,10 @@ async fn open_one(c: &Component, state: &str) -> anyhow::Result<Option<Either>> 
                 .with_context(|| format!("opening the Kafka topic {topic}"))?;
             if let Some(rows) = batch_rows {
                 source = source.batch_rows(*rows);
+            }
+            if *unbounded {
+                // A reader per subtask: each subtask reads one share without end.
+                source = source.unbounded(parallelism);
             }
             if let Some(at) = dead_letter {
                 let budget = max_bad_rows.unwrap_or(crate::spec::model::DEFAULT_MAX_BAD_ROWS);

@@ -47,6 +47,8 @@ pub(super) fn source(f: &Fields<'_, '_>, throttle: ThrottleSpec) -> Option<Kind>
     let format = f.choice("format", &["raw", "utf8", "json"]);
     let bad_format = format.is_none() && f.has("format");
     let schema = f.string_table("schema");
+    let mode = f.choice("mode", &["bounded", "unbounded"]);
+    let bad_mode = mode.is_none() && f.has("mode");
     let batch_rows = f.integer("batch_rows", 1).map(|v| v.value as usize);
     let dead_letter = f.string("dead_letter");
     let max_bad_rows = f.integer("max_bad_rows", 0);
@@ -108,13 +110,14 @@ pub(super) fn source(f: &Fields<'_, '_>, throttle: ThrottleSpec) -> Option<Kind>
             format!("{}: `schema` is for format = \"json\"", f.name),
         ));
     }
-    if bad_format {
+    if bad_format || bad_mode {
         return None;
     }
     Some(Kind::KafkaSource {
         brokers: brokers?.value,
         topic: topic?.value,
         format,
+        unbounded: mode.is_some_and(|m| m.value == "unbounded"),
         batch_rows,
         dead_letter: dead_letter.map(|v| v.value),
         max_bad_rows: max_bad_rows.map(|v| v.value),

@@ -116,6 +116,8 @@ pub enum Kind {
         topic: String,
         /// How values are decoded.
         format: KafkaFormat,
+        /// `mode = "unbounded"`: read until cancelled.
+        unbounded: bool,
         /// Records per batch.
         batch_rows: Option<usize>,
         /// Where records that do not decode go instead of failing the job.
