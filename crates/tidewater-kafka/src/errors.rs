@@ -6,8 +6,15 @@ use tidewater_core::Error;
 
 /// Whether an error of this code may go away by itself (a broker
 /// restarting, a leader moving, a timeout), as opposed to one that needs a
-/// change (a topic that does not exist, a record too large, a fenced
-/// producer).
+/// change (a topic that does not exist, a record too large).
+///
+/// A fenced producer is transient: the producer cannot tell whether a
+/// newer run took its transactional id over or a paused older one woke up
+/// and did (its later sends then fail as `Fatal`: a fenced producer is
+/// dead). The run restarts from its last checkpoint, and the job's lease
+/// decides: a superseded run stops at its lease check before it opens a
+/// producer again; the legitimate one opens its producer anew (fencing
+/// the woken one) and replays its commit, which the marker keeps exact.
 pub(crate) fn is_transient(code: RDKafkaErrorCode) -> bool {
     use RDKafkaErrorCode as C;
     !matches!(
@@ -25,12 +32,8 @@ pub(crate) fn is_transient(code: RDKafkaErrorCode) -> bool {
             | C::InvalidMessageSize
             | C::InvalidConfig
             | C::InvalidArgument
-            | C::ProducerFenced
-            | C::InvalidProducerEpoch
-            | C::Fenced
             | C::InvalidTransactionalState
             | C::OffsetOutOfRange
-            | C::Fatal
     )
 }
 
@@ -47,11 +50,15 @@ pub(crate) fn kafka(doing: &str, brokers: &str, topic: &str, e: KafkaError) -> E
         Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
             format!(": the topic '{topic}' does not exist; create it, or fix the topic's name")
         }
-        Some(RDKafkaErrorCode::ProducerFenced | RDKafkaErrorCode::InvalidProducerEpoch) => {
-            ": a newer run of this job took over its transactional ids; this run stops and the \
-             newer one continues"
-                .to_string()
-        }
+        Some(
+            RDKafkaErrorCode::ProducerFenced
+            | RDKafkaErrorCode::InvalidProducerEpoch
+            | RDKafkaErrorCode::Fenced
+            | RDKafkaErrorCode::Fatal,
+        ) => ": another producer took this subtask's transactional id over; the run restarts \
+             from its last checkpoint, and stops there if its lease says a newer run holds the \
+             job"
+        .to_string(),
         Some(RDKafkaErrorCode::OffsetOutOfRange) => ": the records at the checkpointed offset \
              were deleted by the topic's retention before they were read; they are lost to this \
              job (start it anew, or raise retention.ms)"
@@ -78,7 +85,10 @@ mod tests {
             (RDKafkaErrorCode::NotLeaderForPartition, true),
             (RDKafkaErrorCode::UnknownTopicOrPartition, false),
             (RDKafkaErrorCode::MessageSizeTooLarge, false),
-            (RDKafkaErrorCode::ProducerFenced, false),
+            // Who is newer is the lease's to say, after a restart.
+            (RDKafkaErrorCode::ProducerFenced, true),
+            (RDKafkaErrorCode::Fenced, true),
+            (RDKafkaErrorCode::Fatal, true),
             (RDKafkaErrorCode::OffsetOutOfRange, false),
         ];
         for (code, transient) in cases {

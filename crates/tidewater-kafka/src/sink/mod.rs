@@ -252,11 +252,9 @@ impl Sink for KafkaSink {
             return Ok(());
         };
         let path = object_store::path::Path::from(path);
-        let Some(records) = self.read_staged(&path).await? else {
-            // Consumed by an earlier commit of this handle, which got as far
-            // as deleting it: the records are in.
-            return Ok(());
-        };
+        // None: deleted by an earlier commit of this handle, after its
+        // transaction committed; the marker must then say so.
+        let records = self.read_staged(&path).await?;
         let job = handle.payload["job"]
             .as_str()
             .unwrap_or_default()
@@ -264,6 +262,7 @@ impl Sink for KafkaSink {
         let slot = self.transactor(&job, &handle.uid, handle.subtask);
         let (client, topic) = (self.client.clone(), self.topic.clone());
         let (uid, subtask, checkpoint) = (handle.uid.clone(), handle.subtask, handle.checkpoint.0);
+        let file = path.to_string();
         tokio::task::spawn_blocking(move || {
             let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
             if slot.is_none() {
@@ -273,15 +272,16 @@ impl Sink for KafkaSink {
                     &identity(&job, &uid, subtask),
                 )?);
             }
-            let committed = slot
-                .as_ref()
-                .expect("opened above")
-                .commit(checkpoint, &records);
+            let transactor = slot.as_ref().expect("opened above");
+            let committed = match &records {
+                Some(records) => transactor.commit(checkpoint, records).map(|_| ()),
+                None => transactor.confirm(checkpoint, &file),
+            };
             if committed.is_err() {
                 // Opened afresh next time: init_transactions clears what failed.
                 *slot = None;
             }
-            committed.map(|_| ())
+            committed
         })
         .await
         .map_err(|e| Error::Internal(format!("committing Kafka records: {e}")))??;
@@ -291,16 +291,14 @@ impl Sink for KafkaSink {
         }
     }
 
+    // No `abort_epoch`: a superseded run must not delete what it staged,
+    // since its successor's restore may still commit a checkpoint the
+    // superseded run completed. Staged files cost only storage until the
+    // next restore's `abort_uncommitted`.
     async fn abort_uncommitted(&self, job: &str, uid: &str) -> Result<()> {
         // The restored checkpoint's records were committed just before:
         // what is left was staged for checkpoints that never completed.
         self.delete_under(&self.staged_prefix(job, uid), None).await
-    }
-
-    async fn abort_epoch(&self, job: &str, uid: &str, epoch: Epoch) -> Result<()> {
-        let suffix = format!("-e{}.arrow", epoch.0);
-        self.delete_under(&self.staged_prefix(job, uid), Some(&suffix))
-            .await
     }
 }
 

@@ -122,6 +122,21 @@ impl Transactor {
             }))
     }
 
+    /// Checks that checkpoint `checkpoint`, whose staged `file` is gone,
+    /// is in the topic; a loud error if not (its records would be lost).
+    pub(crate) fn confirm(&self, checkpoint: u64, file: &str) -> Result<()> {
+        match decide(self.marker()?, checkpoint) {
+            Action::Skip => Ok(()),
+            Action::Produce => Err(Error::Corrupt(format!(
+                "the staged records of checkpoint {checkpoint} ({file}) are gone, and Kafka \
+                 (topic '{}') has no transaction of that checkpoint: they cannot be produced. \
+                 Something deleted the sink's staging folder; start the job anew with an empty \
+                 state location to produce everything again",
+                self.topic
+            ))),
+        }
+    }
+
     /// Produces `records` (see [`super::encode`]) as the transaction of
     /// `checkpoint`, unless one committed already. Returns whether it produced.
     pub(crate) fn commit(&self, checkpoint: u64, records: &RecordBatch) -> Result<bool> {
