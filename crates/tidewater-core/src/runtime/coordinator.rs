@@ -87,6 +87,9 @@ pub(crate) struct Coordinator {
     pub lease: Option<Arc<dyn crate::runtime::config::Lease>>,
     /// The newest completed checkpoint (the restored one, at first).
     pub last_completed: Option<CheckpointId>,
+    /// A checkpoint whose manifest this run wrote and whose commits it has
+    /// not all made: its pre-commits are its successor's to commit.
+    pub committing: Option<CheckpointId>,
 }
 
 impl Coordinator {
@@ -102,9 +105,17 @@ impl Coordinator {
 
     /// A superseded run stops its tasks and discards what its epoch
     /// pre-committed, so that none of it waits for a restore that may be
-    /// long past (best effort: a successor's restore discards it too).
+    /// long past (best effort: a successor's restore discards it too);
+    /// unless it was superseded between a manifest and the last of its
+    /// commits, when those pre-commits belong to a checkpoint that exists
+    /// and the successor's restore commits them.
     async fn leave_to_successor(&mut self) {
         self.stop_tasks().await;
+        if self.committing.is_some() {
+            // Its epoch's pre-commits include a checkpoint that exists: the
+            // successor's restore commits them (and discards the rest).
+            return;
+        }
         for (uid, sink) in &self.sinks {
             if let Err(error) = sink.abort_epoch(self.store.job(), uid, self.epoch).await {
                 CleanupFailed {
@@ -354,6 +365,7 @@ impl Coordinator {
         let id = manifest.checkpoint;
         failpoint::hit("before-manifest", id);
         self.store.write_manifest(&manifest).await?;
+        self.committing = Some(manifest.checkpoint);
         let took = flight.started.elapsed();
         phases.manifest = writing.elapsed();
         failpoint::hit("after-manifest", id);
@@ -368,6 +380,7 @@ impl Coordinator {
             commit_all(self.store.job(), &self.sinks, std::slice::from_ref(handle)).await?;
         }
         failpoint::hit("after-commit", id);
+        self.committing = None;
         phases.commit = committing.elapsed();
         self.last_completed = Some(id);
         let stats = CheckpointStats {

@@ -237,6 +237,7 @@ async fn run_once(
         cancel,
         lease: config.lease.clone(),
         last_completed: restored.checkpoint,
+        committing: None,
     };
     let ending = coordinator.run().await?;
     let summary = |last| Summary {
