@@ -179,16 +179,17 @@ async fn record_checkpoints(
 }
 
 /// What the run of `epoch` reports of `p` for the dashboard's charts.
-fn sample(p: &ProgressSnapshot, epoch: u64, rate: Option<f64>) -> Sample {
+/// `report` is the heartbeat's report of the same snapshot.
+fn sample(report: &Report, p: &ProgressSnapshot, epoch: u64) -> Sample {
     let live = tidewater_core::events::live::replica_lag;
     Sample {
         epoch,
         at_ms: now_ms(),
-        rows_done: p.rows_read,
-        rows_per_second: rate,
-        exposure_rows: p.exposure_rows,
-        exposure_ms: p.exposure.as_millis() as u64,
-        throttle: (!p.throttled_by.is_empty()).then(|| p.throttled_by.join(", ")),
+        rows_done: report.rows_done,
+        rows_per_second: report.rows_per_second,
+        exposure_rows: report.exposure_rows,
+        exposure_ms: report.exposure_ms,
+        throttle: report.throttle.clone(),
         replica_lag_ms: live().map(|lag| lag.as_millis() as u64),
         rows_dead_lettered: tidewater_core::events::live::rows_dead_lettered(),
         restored_from: p.restored_from,
@@ -232,7 +233,8 @@ impl Supervised {
         if let Some(control) = &self.control {
             let (id, epoch) = (self.job.id, self.job.epoch);
             record_checkpoints(&*self.store, control, id, epoch, &self.recorded).await;
-            record_sample(&*self.store, id, &sample(&control.progress(), epoch, None)).await;
+            let p = control.progress();
+            record_sample(&*self.store, id, &sample(&report, &p, epoch)).await;
         }
         match self
             .store
@@ -272,7 +274,7 @@ impl RunHooks for Supervised {
                         record_checkpoints(&*store, &control, id, epoch, &recorded).await;
                         if Sample::due(p.elapsed, sampled.map(|at| at.elapsed())) {
                             sampled = Some(Instant::now());
-                            record_sample(&*store, id, &sample(&p, epoch, recent)).await;
+                            record_sample(&*store, id, &sample(&report, &p, epoch)).await;
                         }
                         if let Some(discard) = cancel
                             && !cancelled

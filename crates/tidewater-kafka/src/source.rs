@@ -92,10 +92,6 @@ impl KafkaSource {
         &self.topic
     }
 
-    pub(crate) fn client_brokers(&self) -> &str {
-        self.client.brokers()
-    }
-
     pub(crate) fn batch_rows_limit(&self) -> usize {
         self.batch_rows
     }
@@ -381,6 +377,26 @@ impl KafkaSource {
         Ok(())
     }
 
+    /// A consumer's error: waited out while it is transient and one of at
+    /// most [`MAX_TRANSIENT_ERRORS`] in a row (`in_a_row` counts them; a
+    /// record resets it), the read's failure otherwise.
+    pub(crate) fn read_failed(&self, in_a_row: &mut u32, doing: &str, e: KafkaError) -> Result<()> {
+        *in_a_row += 1;
+        if !code_of(&e).is_none_or(is_transient) || *in_a_row > MAX_TRANSIENT_ERRORS {
+            return Err(self.error(doing, e));
+        }
+        ConnectionRetried {
+            what: "kafka source",
+            target: self.client.brokers(),
+            attempt: *in_a_row,
+            of: MAX_TRANSIENT_ERRORS,
+            backoff: WAIT,
+            error: &e.to_string(),
+        }
+        .emit();
+        Ok(())
+    }
+
     /// Checks that the brokers answer and the topic exists (for `validate
     /// --connect`, and so that a run fails before it starts).
     pub async fn probe(&self) -> Result<()> {
@@ -490,21 +506,9 @@ impl SplitReader for PartitionReader {
                     }
                 }
                 Ok(Err(e)) => {
-                    let transient = code_of(&e).is_none_or(is_transient);
-                    self.transient_errors += 1;
-                    if !transient || self.transient_errors > MAX_TRANSIENT_ERRORS {
-                        let doing = format!("reading partition {}", self.range.partition);
-                        return Err(self.source.error(&doing, e));
-                    }
-                    ConnectionRetried {
-                        what: "kafka source",
-                        target: self.source.client.brokers(),
-                        attempt: self.transient_errors,
-                        of: MAX_TRANSIENT_ERRORS,
-                        backoff: WAIT,
-                        error: &e.to_string(),
-                    }
-                    .emit();
+                    let doing = format!("reading partition {}", self.range.partition);
+                    self.source
+                        .read_failed(&mut self.transient_errors, &doing, e)?;
                 }
                 Err(_waited) => {
                     // Nothing more for now: hand back what there is, so that

@@ -12,12 +12,10 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use tidewater_core::events::{ConnectionRetried, InternalEvent};
 use tidewater_core::{Cursor, Error, Result, SplitReader};
 
 use crate::decode::RecordsBuilder;
-use crate::errors::{code_of, is_transient};
-use crate::source::{KafkaSource, MAX_TRANSIENT_ERRORS, WAIT};
+use crate::source::{KafkaSource, WAIT};
 
 /// Reader `index` of `count`: `{topic}:*{index}/{count}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,21 +136,8 @@ impl SplitReader for ShareReader {
                 }
                 Ok(Err(KafkaError::PartitionEOF(_))) => {}
                 Ok(Err(e)) => {
-                    self.transient_errors += 1;
-                    if !code_of(&e).is_none_or(is_transient)
-                        || self.transient_errors > MAX_TRANSIENT_ERRORS
-                    {
-                        return Err(self.source.error("reading", e));
-                    }
-                    ConnectionRetried {
-                        what: "kafka source",
-                        target: self.source.client_brokers(),
-                        attempt: self.transient_errors,
-                        of: MAX_TRANSIENT_ERRORS,
-                        backoff: WAIT,
-                        error: &e.to_string(),
-                    }
-                    .emit();
+                    self.source
+                        .read_failed(&mut self.transient_errors, "reading", e)?;
                 }
                 // Hand back what there is, so that barriers pass.
                 Err(_waited) => break,

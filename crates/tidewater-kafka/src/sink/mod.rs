@@ -46,8 +46,7 @@ use arrow::array::RecordBatch;
 use async_trait::async_trait;
 use object_store::{ObjectStoreExt, PutPayload};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::util::Timeout;
+use rdkafka::producer::{FutureProducer, FutureRecord};
 use tidewater_core::{
     CheckpointId, CommitHandle, Epoch, Error, Result, Sink, SinkWriter, StoreLocation, TaskContext,
     open_location,
@@ -433,9 +432,7 @@ impl SinkWriter for FlushingWriter {
                 }
             }
         }
-        let _ = self
-            .producer
-            .flush(Timeout::After(self.client.request_timeout()));
+        // Every delivery is confirmed: nothing is left to flush.
         Ok(None)
     }
 }
