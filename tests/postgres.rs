@@ -564,3 +564,159 @@ async fn a_connection_that_cannot_work_says_why_within_seconds() {
         started.elapsed()
     );
 }
+
+/// The folder of `scripts/pg.sh`'s throwaway CA and certificates.
+fn tls_dir() -> Option<PathBuf> {
+    servers()?;
+    match std::env::var_os("TIDEWATER_PG_TLS_DIR") {
+        Some(dir) => Some(PathBuf::from(dir)),
+        None if std::env::var_os("TIDEWATER_REQUIRE_PG").is_some() => {
+            panic!("TIDEWATER_PG_TLS_DIR is not set: `eval \"$(bash scripts/pg.sh env)\"`")
+        }
+        None => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_verified_against_the_ca_and_the_host_name() {
+    use tidewater::Source;
+    use tidewater::postgres::{PostgresSink, PostgresSource, SinkMode};
+    let Some(tls) = tls_dir() else {
+        return;
+    };
+    let (primary, _) = servers().expect("checked by tls_dir");
+    let port = primary
+        .rsplit_once(':')
+        .and_then(|(_, rest)| rest.split('/').next())
+        .expect("a port in the primary's URL")
+        .to_string();
+    let ca = tls.join("ca.crt").display().to_string();
+    let url = |host: &str, database: &str, query: &str| {
+        format!("postgres://postgres@{host}:{port}/{database}?{query}")
+    };
+    // tw_tls_only refuses connections without TLS (scripts/pg.sh).
+    sql(
+        &url("localhost", "tw_tls_only", "sslmode=require"),
+        "DROP TABLE IF EXISTS t; CREATE TABLE t (id bigint PRIMARY KEY, s text);
+         INSERT INTO t SELECT i, 'row ' || i FROM generate_series(1, 1000) i",
+    );
+    let build = |url: String| async move {
+        PostgresSource::builder(&url, "t", "id")
+            .batch_rows(300)
+            .build()
+            .await
+    };
+
+    // verify-full against the right CA and the certificate's name: rows
+    // are read, over TLS (the server says so).
+    let good = url(
+        "localhost",
+        "tw_tls_only",
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    );
+    let source = build(good.clone())
+        .await
+        .expect("verify-full with the right CA");
+    let splits = source.splits().await.unwrap();
+    let mut rows = 0;
+    for split in &splits {
+        let mut reader = source.open(split, None).await.unwrap();
+        while let Some(batch) = reader.next_batch().await.unwrap() {
+            rows += batch.num_rows();
+            let over_tls = one(
+                &url("localhost", "tw_tls_only", "sslmode=require"),
+                "SELECT bool_and(s.ssl) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) \
+                 WHERE a.application_name = 'tidewater'",
+            );
+            assert_eq!(over_tls, "t", "the reader's connection is not TLS");
+        }
+    }
+    assert_eq!(rows, 1000);
+    PostgresSink::builder(&good, "t", SinkMode::Upsert)
+        .build()
+        .await
+        .expect("a sink over verify-full");
+
+    let fails = |url: String| async move {
+        match build(url).await {
+            Ok(_) => panic!("connected"),
+            Err(e) => {
+                assert!(matches!(e, tidewater::Error::InvalidConfig(_)), "{e}");
+                e.to_string()
+            }
+        }
+    };
+    // Another CA: not trusted.
+    let other = tls.join("other-ca.crt").display().to_string();
+    let wrong_ca = fails(url(
+        "localhost",
+        "tw_tls_only",
+        &format!("sslmode=verify-full&sslrootcert={other}"),
+    ))
+    .await;
+    assert!(
+        wrong_ca.contains("is not signed by a CA this client trusts")
+            && wrong_ca.contains("sslrootcert"),
+        "{wrong_ca}"
+    );
+    // The right CA, but a name the certificate does not list.
+    let wrong_name = fails(url(
+        "127.0.0.1",
+        "tw_tls_only",
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    ))
+    .await;
+    assert!(
+        wrong_name.contains("not valid for the host name '127.0.0.1'"),
+        "{wrong_name}"
+    );
+    // verify-ca checks the CA only.
+    build(url(
+        "127.0.0.1",
+        "tw_tls_only",
+        &format!("sslmode=verify-ca&sslrootcert={ca}"),
+    ))
+    .await
+    .expect("verify-ca by address");
+    // TLS turned off where the server requires it: said so.
+    let plain = fails(url("localhost", "tw_tls_only", "sslmode=disable")).await;
+    assert!(
+        plain.contains("requires TLS") && plain.contains("sslmode=disable"),
+        "{plain}"
+    );
+    // A CA file that is not there is named, not taken for an unknown host.
+    let missing = fails(url(
+        "localhost",
+        "tw_tls_only",
+        "sslmode=verify-full&sslrootcert=/nonexistent/ca.pem",
+    ))
+    .await;
+    assert!(
+        missing.contains("`sslrootcert` in the URL names '/nonexistent/ca.pem'"),
+        "{missing}"
+    );
+
+    // tw_tls_cert lets in only a client certificate the CA signed.
+    let (cert, key) = (tls.join("client.crt"), tls.join("client.key"));
+    let with_cert = url(
+        "localhost",
+        "tw_tls_cert",
+        &format!(
+            "sslmode=verify-full&sslrootcert={ca}&sslcert={}&sslkey={}",
+            cert.display(),
+            key.display()
+        ),
+    );
+    sql(
+        &with_cert,
+        "DROP TABLE IF EXISTS t; CREATE TABLE t (id bigint PRIMARY KEY); INSERT INTO t VALUES (1)",
+    );
+    build(with_cert).await.expect("a client certificate");
+    let no_cert = fails(url(
+        "localhost",
+        "tw_tls_cert",
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    ))
+    .await;
+    assert!(no_cert.contains("certificate"), "{no_cert}");
+}

@@ -5,6 +5,7 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 
 use crate::error::Result;
+use crate::operator::TaskContext;
 
 /// Where a split reader stands, in the connector's own terms (a last key, a
 /// file offset, a Kafka offset). Stored as JSON in every checkpoint.
@@ -51,6 +52,19 @@ pub trait Source: Send + Sync + 'static {
     /// Opens a reader on `split`, positioned after `cursor` when one was
     /// checkpointed, else at the split's start.
     async fn open(&self, split: &Split, cursor: Option<&Cursor>) -> Result<Box<dyn SplitReader>>;
+
+    /// [`open`](Source::open) for one subtask of a running job: what the
+    /// runtime calls. Sources that name their connections after the task
+    /// (PostgreSQL's `application_name`) override it; the default ignores `task`.
+    async fn open_for(
+        &self,
+        task: &TaskContext,
+        split: &Split,
+        cursor: Option<&Cursor>,
+    ) -> Result<Box<dyn SplitReader>> {
+        let _ = task;
+        self.open(split, cursor).await
+    }
 }
 
 /// Reads one split in batches.

@@ -9,15 +9,18 @@
 //!
 //! See `docs/connectors/postgres.md` for options, type mapping and guarantees.
 
+mod connect;
 mod copy;
 mod decode;
 mod encode;
 mod errors;
+mod key;
 pub mod schema;
 mod sink;
 mod source;
 mod throttle;
 
+pub use connect::{Timeouts, application_name};
 pub use sink::{PostgresSink, PostgresSinkBuilder, SinkMode};
-pub use source::{PostgresSource, PostgresSourceBuilder};
+pub use source::{KeyColumns, PostgresSource, PostgresSourceBuilder};
 pub use throttle::{LagSource, ReplicaLagThrottle, next_paused};

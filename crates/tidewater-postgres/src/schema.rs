@@ -97,6 +97,36 @@ pub async fn primary_key(pool: &PgPool, table: &str) -> Result<Vec<String>> {
     Ok(rows.into_iter().map(|r| r.0).collect())
 }
 
+/// Whether `table` has a unique index (or primary key) without a predicate
+/// or expressions whose key columns are all among `columns` (then no two
+/// rows share a `columns` tuple), or with `exact`, are exactly `columns`
+/// (what `ON CONFLICT (columns)` needs).
+pub async fn has_unique_index(
+    pool: &PgPool,
+    table: &str,
+    columns: &[String],
+    exact: bool,
+) -> Result<bool> {
+    let (unique,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS ( \
+           SELECT 1 FROM pg_index i \
+           CROSS JOIN LATERAL ( \
+             SELECT array_agg(a.attname::text) AS names, bool_and(a.attname IS NOT NULL) AS plain \
+             FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, n) \
+             LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum \
+             WHERE k.n <= i.indnkeyatts) c \
+           WHERE i.indrelid = $1::text::regclass AND i.indisunique AND i.indpred IS NULL \
+             AND c.plain AND c.names <@ $2 AND (NOT $3 OR c.names @> $2))",
+    )
+    .bind(table)
+    .bind(columns)
+    .bind(exact)
+    .fetch_one(pool)
+    .await
+    .map_err(|e| db_error(&format!("reading the unique indexes of '{table}'"), e))?;
+    Ok(unique)
+}
+
 /// Quotes an identifier (a column or table name part) for SQL.
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))

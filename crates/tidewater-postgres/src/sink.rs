@@ -6,7 +6,7 @@ use std::time::Duration;
 use arrow::array::RecordBatch;
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use sqlx::postgres::{PgConnection, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
 use tidewater_core::events::{
     ConnectionRetried, InternalEvent, PreparedCommitted, PreparedRolledBack, RowDeadLettered,
@@ -15,11 +15,11 @@ use tidewater_core::{
     CheckpointId, CommitHandle, Epoch, Error, Result, Sink, SinkWriter, TaskContext, row_json,
 };
 
+use crate::connect::{Timeouts, application_name, parse_url, probe, session};
 use crate::errors::{
-    constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, probe,
-    user_error,
+    constraint_of, db_error, is_connection_error, is_row_error, is_undefined_object, user_error,
 };
-use crate::schema::{PgColumn, describe, primary_key, quote_ident, quote_table};
+use crate::schema::{PgColumn, describe, has_unique_index, primary_key, quote_ident, quote_table};
 use crate::source::redact;
 use crate::{copy, encode};
 
@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS tidewater_dead_letters (
 #[derive(Debug, Clone)]
 pub struct PostgresSink {
     pool: PgPool,
-    url: String,
+    options: PgConnectOptions,
+    timeouts: Timeouts,
     table: String,
     mode: SinkMode,
     columns: Vec<PgColumn>,
@@ -73,6 +74,8 @@ pub struct PostgresSinkBuilder {
     mode: SinkMode,
     create: Option<String>,
     max_bad_rows: u64,
+    key: Option<Vec<String>>,
+    timeouts: Timeouts,
 }
 
 impl PostgresSink {
@@ -84,6 +87,8 @@ impl PostgresSink {
             mode,
             create: None,
             max_bad_rows: 0,
+            key: None,
+            timeouts: Timeouts::default(),
         }
     }
 
@@ -136,13 +141,33 @@ impl PostgresSinkBuilder {
         self
     }
 
+    /// The columns that say which rows are the same in upsert mode (`ON
+    /// CONFLICT (key)`). Default: the primary key. A unique index must be on
+    /// exactly these columns.
+    pub fn key<I, S>(mut self, columns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.key = Some(columns.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// `statement_timeout` and `lock_timeout` of every write (default
+    /// [`Timeouts::default`]: 10 min and 1 min).
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
     /// Connects, creates what is missing, and reads the table's columns and key.
     pub async fn build(self) -> Result<PostgresSink> {
-        probe(&self.url, "the sink").await?;
+        let options = parse_url(&self.url, "the sink")?;
+        probe(&options, "the sink").await?;
         let pool = PgPoolOptions::new()
             .max_connections(4)
             .acquire_timeout(Duration::from_secs(30))
-            .connect(&self.url)
+            .connect_with(session(&options, "tidewater/plan", self.timeouts, false))
             .await
             .map_err(|e| {
                 db_error(
@@ -161,7 +186,27 @@ impl PostgresSinkBuilder {
             .await
             .map_err(|e| db_error("creating tidewater_commits and tidewater_dead_letters", e))?;
         let columns = describe(&pool, &self.table).await?;
-        let key = primary_key(&pool, &self.table).await?;
+        let key = match self.key {
+            None => primary_key(&pool, &self.table).await?,
+            Some(key) => {
+                if let Some(missing) = key.iter().find(|k| !columns.iter().any(|c| &&c.name == k)) {
+                    return Err(user_error(format!(
+                        "the sink's key column '{missing}' is not a column of '{}'",
+                        self.table
+                    )));
+                }
+                if !has_unique_index(&pool, &self.table, &key, true).await? {
+                    return Err(user_error(format!(
+                        "no primary key or unique index of '{}' is on exactly ({}): upsert \
+                         mode's ON CONFLICT needs one; add a unique index on these columns, \
+                         or leave `key` out to use the primary key",
+                        self.table,
+                        key.join(", ")
+                    )));
+                }
+                key
+            }
+        };
         if self.mode == SinkMode::Upsert && key.is_empty() {
             return Err(user_error(format!(
                 "upsert mode needs a primary key on '{}' to know which rows are the same; \
@@ -185,7 +230,8 @@ impl PostgresSinkBuilder {
         }
         Ok(PostgresSink {
             pool,
-            url: self.url,
+            options,
+            timeouts: self.timeouts,
             table: self.table,
             mode: self.mode,
             columns,
@@ -436,7 +482,13 @@ impl PostgresWriter {
 
     async fn connection(&mut self) -> Result<&mut PgConnection> {
         if self.connection.is_none() {
-            let connection = PgConnection::connect(&self.sink.url)
+            let options = session(
+                &self.sink.options,
+                &application_name(&self.ctx),
+                self.sink.timeouts,
+                false,
+            );
+            let connection = PgConnection::connect_with(&options)
                 .await
                 .map_err(|e| db_error("connecting the sink writer", e))?;
             self.connection = Some(connection);

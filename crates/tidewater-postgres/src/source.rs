@@ -4,44 +4,101 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{ArrayRef, AsArray, RecordBatch};
-use arrow::compute::cast;
-use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use bytes::BytesMut;
 use futures::TryStreamExt;
 use serde_json::json;
-use sqlx::AssertSqlSafe;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Connection};
 use tidewater_core::events::{ConnectionRetried, InternalEvent};
-use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader};
+use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader, TaskContext};
 
+use crate::connect::{Timeouts, application_name, parse_url, probe, session};
 use crate::copy::COPY_TRAILER;
 use crate::decode::{ColumnBuilder, decode_copy};
-use crate::errors::{db_error, is_connection_error, probe, user_error};
-use crate::schema::{PgColumn, describe, quote_ident, quote_table};
+use crate::errors::{db_error, is_connection_error, user_error};
+use crate::key::{Key, KeyKind, KeyRange, KeyValue, integer_ranges, sampled_ranges};
+use crate::schema::{PgColumn, describe, has_unique_index, quote_ident, quote_table};
 
 /// How often a read is retried after the connection dropped.
 const READ_RETRIES: u32 = 5;
 
+/// Sampled keys per split when a key space is cut by sampling.
+const SAMPLE_PER_SPLIT: u64 = 100;
+
+/// The column or columns a table is read in the order of.
+///
+/// ```
+/// use tidewater_postgres::KeyColumns;
+/// assert_eq!(KeyColumns::from("id").0, ["id"]);
+/// assert_eq!(KeyColumns::from(["tenant", "created_at"]).0, ["tenant", "created_at"]);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyColumns(pub Vec<String>);
+
+impl From<&str> for KeyColumns {
+    fn from(name: &str) -> Self {
+        KeyColumns(vec![name.to_string()])
+    }
+}
+
+impl From<String> for KeyColumns {
+    fn from(name: String) -> Self {
+        KeyColumns(vec![name])
+    }
+}
+
+impl From<Vec<String>> for KeyColumns {
+    fn from(names: Vec<String>) -> Self {
+        KeyColumns(names)
+    }
+}
+
+impl<const N: usize> From<[&str; N]> for KeyColumns {
+    fn from(names: [&str; N]) -> Self {
+        KeyColumns(names.iter().map(|n| n.to_string()).collect())
+    }
+}
+
+impl From<&[&str]> for KeyColumns {
+    fn from(names: &[&str]) -> Self {
+        KeyColumns(names.iter().map(|n| n.to_string()).collect())
+    }
+}
+
 /// Reads a table (or a projection and filter over it) in the order of a
-/// unique integer key, `batch_rows` rows per query, each query a binary COPY:
+/// unique key of one or more columns, `batch_rows` rows per query, each query
+/// a binary COPY:
 ///
 /// ```sql
-/// COPY (SELECT cols FROM t WHERE key > cursor AND key <= split_end [AND (filter)]
-///       ORDER BY key LIMIT batch) TO STDOUT (FORMAT binary)
+/// COPY (SELECT cols FROM t WHERE (a, b) > (cursor) AND (a, b) < (split end)
+///       [AND (filter)] ORDER BY a, b LIMIT batch) TO STDOUT (FORMAT binary)
 /// ```
 ///
-/// The key range `[min, max]` at the first run is cut into `splits` ranges;
-/// each split's cursor is the last key it emitted. A resumed run reuses the
-/// checkpointed ranges, so rows inserted past the original `max` are not read.
+/// A key is integers, `numeric(p, s)`, uuid, text, varchar, date, timestamp
+/// or timestamptz, NOT NULL, and covered by a unique index. One integer key's
+/// range `[min, max]` at the first run is cut arithmetically into `splits`
+/// ranges; any other key is cut at keys sampled from the table
+/// (`TABLESAMPLE`) and sorted by the server, so the splits follow the
+/// server's order (and the columns' collations). Each split's cursor is the
+/// last key tuple it emitted, checkpointed exactly. A resumed run reuses the
+/// checkpointed ranges, so rows inserted past the original end are not read.
+///
+/// Each reading subtask has its own connection, named
+/// `tidewater/{job}/{uid}/{subtask}` in `pg_stat_activity`, whose every
+/// batch is a read-only, repeatable-read transaction under the [`Timeouts`].
 #[derive(Debug, Clone)]
 pub struct PostgresSource {
     pool: PgPool,
+    options: PgConnectOptions,
+    timeouts: Timeouts,
     table: String,
-    key: String,
+    key: Key,
     columns: Vec<PgColumn>,
-    key_index: usize,
+    /// Where each key column is in `columns`.
+    key_indexes: Vec<usize>,
     filter: Option<String>,
     splits: u64,
     batch_rows: i64,
@@ -53,41 +110,54 @@ pub struct PostgresSource {
 pub struct PostgresSourceBuilder {
     url: String,
     table: String,
-    key: String,
+    key: Vec<String>,
     columns: Option<Vec<String>>,
     filter: Option<String>,
     splits: u64,
     batch_rows: i64,
     connections: u32,
+    timeouts: Timeouts,
     /// Settings that cannot mean anything, refused by `build`.
     refused: Vec<&'static str>,
 }
 
 impl PostgresSource {
-    /// Reads `table` (optionally `schema.table`) from `url` in the order of `key`.
-    pub fn builder(url: &str, table: &str, key: &str) -> PostgresSourceBuilder {
+    /// Reads `table` (optionally `schema.table`) from `url` in the order of
+    /// `key`: a column name, or a list of them for a composite key.
+    pub fn builder(url: &str, table: &str, key: impl Into<KeyColumns>) -> PostgresSourceBuilder {
+        let key = key.into().0;
+        let mut refused = Vec::new();
+        if key.is_empty() {
+            refused
+                .push("the key has no columns: name the column (or columns) to read in order of");
+        }
         PostgresSourceBuilder {
             url: url.to_string(),
             table: table.to_string(),
-            key: key.to_string(),
+            key,
             columns: None,
             filter: None,
             splits: 16,
             batch_rows: 50_000,
             connections: 8,
-            refused: Vec::new(),
+            timeouts: Timeouts::default(),
+            refused,
         }
     }
 
     fn prefix(&self) -> String {
-        format!("{}:{}:", self.table, self.key)
+        format!("{}:{}:", self.table, self.key.names.join(","))
     }
 
-    fn split(&self, lo: i64, hi: i64, estimate: u64) -> Split {
+    fn split(&self, range: &KeyRange, estimate: u64) -> Split {
         Split {
-            id: format!("{}{lo}..={hi}", self.prefix()),
+            id: format!("{}{}", self.prefix(), self.key.range_id(range)),
             estimated_rows: Some(estimate),
         }
+    }
+
+    fn range_of(&self, id: &str) -> Option<KeyRange> {
+        self.key.parse_range_id(id.strip_prefix(&self.prefix())?)
     }
 
     async fn estimated_rows(&self) -> Result<u64> {
@@ -115,6 +185,112 @@ impl PostgresSource {
             .as_ref()
             .map(|f| format!(" AND ({f})"))
             .unwrap_or_default()
+    }
+
+    /// One integer key: `[min, max]` cut arithmetically.
+    async fn integer_splits(&self) -> Result<Vec<KeyRange>> {
+        let sql = format!(
+            "SELECT min({key})::int8, max({key})::int8 FROM {table} WHERE true{filter}",
+            key = quote_ident(&self.key.names[0]),
+            table = quote_table(&self.table),
+            filter = self.where_filter()
+        );
+        let (min, max): (Option<i64>, Option<i64>) = sqlx::query_as(AssertSqlSafe(sql))
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| db_error("reading the key range", e))?;
+        Ok(match (min, max) {
+            (Some(min), Some(max)) => integer_ranges(min, max, self.splits),
+            _ => Vec::new(),
+        })
+    }
+
+    /// Any other key: cut at keys sampled from the table, sorted by the server.
+    async fn sampled_splits(&self, rows: u64) -> Result<Vec<KeyRange>> {
+        let wanted = self.splits.saturating_mul(SAMPLE_PER_SPLIT);
+        let percent = 100.0 * wanted as f64 / rows.max(1) as f64;
+        let sample = if percent >= 100.0 {
+            String::new()
+        } else {
+            format!(" TABLESAMPLE SYSTEM ({:.6})", percent.max(0.000_001))
+        };
+        let key_columns: Vec<PgColumn> = self
+            .key_indexes
+            .iter()
+            .map(|&i| self.columns[i].clone())
+            .collect();
+        let statement = format!(
+            "COPY (SELECT {cols} FROM {table}{sample} WHERE true{filter} ORDER BY {cols}) \
+             TO STDOUT (FORMAT binary)",
+            cols = self.key.order_by(),
+            table = quote_table(&self.table),
+            filter = self.where_filter(),
+        );
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("sampling keys to split the table", e))?;
+        let payload = copy_out(&mut conn, &statement)
+            .await
+            .map_err(|e| db_error("sampling keys to split the table", e))?;
+        let mut builders = key_columns
+            .iter()
+            .map(|c| ColumnBuilder::new(c, 1024))
+            .collect::<Result<Vec<_>>>()?;
+        let n = decode_copy(&payload, &key_columns, &mut builders)?;
+        let arrays: Vec<ArrayRef> = builders.iter_mut().map(ColumnBuilder::finish).collect();
+        let refs: Vec<&ArrayRef> = arrays.iter().collect();
+        let keys = (0..n)
+            .map(|row| self.key.values_at(&refs, row))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| user_error(format!("sampling the key of '{}': {e}", self.table)))?;
+        Ok(sampled_ranges(&keys, self.splits as usize))
+    }
+
+    fn reader(
+        &self,
+        name: &str,
+        split: &Split,
+        cursor: Option<&Cursor>,
+    ) -> Result<Box<dyn SplitReader>> {
+        let range = self.range_of(&split.id).ok_or_else(|| {
+            Error::Corrupt(format!("'{}' is not a split of this source", split.id))
+        })?;
+        let after = match cursor.and_then(|c| c.get("after")) {
+            None => None,
+            Some(value) => Some(self.key.cursor_from_json(value).ok_or_else(|| {
+                Error::Corrupt(format!(
+                    "cursor {value} of split '{}' is not a key of ({})",
+                    split.id,
+                    self.key.names.join(", ")
+                ))
+            })?),
+        };
+        let columns = self
+            .columns
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Ok(Box::new(PostgresReader {
+            source: self.clone(),
+            options: session(&self.options, name, self.timeouts, true),
+            connection: None,
+            select_head: format!(
+                "SELECT {columns} FROM {table} WHERE",
+                table = quote_table(&self.table),
+            ),
+            select_tail: format!(
+                "{filter} ORDER BY {order} LIMIT {limit}",
+                filter = self.where_filter(),
+                order = self.key.order_by(),
+                limit = self.batch_rows,
+            ),
+            range,
+            after,
+            done: false,
+        }))
     }
 }
 
@@ -155,13 +331,21 @@ impl PostgresSourceBuilder {
         self
     }
 
-    /// Connections in the source's pool (default 8; one per reading subtask is enough).
+    /// Connections in the pool that plans the reads (row estimate, key range,
+    /// sample; default 8). Each reading subtask has a connection of its own.
     pub fn connections(mut self, connections: u32) -> Self {
         if connections == 0 {
             self.refused
                 .push("connections is 0: reading needs at least one connection");
         }
         self.connections = connections.max(1);
+        self
+    }
+
+    /// `statement_timeout` and `lock_timeout` of every query (default
+    /// [`Timeouts::default`]: 10 min and 1 min).
+    pub fn timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
         self
     }
 
@@ -173,11 +357,12 @@ impl PostgresSourceBuilder {
                 self.table
             )));
         }
-        probe(&self.url, "the source").await?;
+        let options = parse_url(&self.url, "the source")?;
+        probe(&options, "the source").await?;
         let pool = PgPoolOptions::new()
             .max_connections(self.connections)
             .acquire_timeout(Duration::from_secs(30))
-            .connect(&self.url)
+            .connect_with(session(&options, "tidewater/plan", self.timeouts, true))
             .await
             .map_err(|e| {
                 db_error(
@@ -186,22 +371,39 @@ impl PostgresSourceBuilder {
                 )
             })?;
         let all = describe(&pool, &self.table).await?;
-        let key_column = all.iter().find(|c| c.name == self.key).ok_or_else(|| {
-            user_error(format!(
-                "table '{}' has no key column '{}'",
-                self.table, self.key
-            ))
-        })?;
-        if !matches!(key_column.udt.as_str(), "int2" | "int4" | "int8") {
+        let mut kinds = Vec::with_capacity(self.key.len());
+        let mut key_columns = Vec::with_capacity(self.key.len());
+        for name in &self.key {
+            let column = all.iter().find(|c| &c.name == name).ok_or_else(|| {
+                user_error(format!(
+                    "table '{}' has no key column '{name}' (columns: {})",
+                    self.table,
+                    names(&all)
+                ))
+            })?;
+            kinds.push(KeyKind::of(column).map_err(user_error)?);
+            if column.nullable {
+                return Err(user_error(format!(
+                    "key column '{name}' of '{}' may be NULL: reading in key order would skip \
+                     rows whose key is NULL; make it NOT NULL, or key by other columns",
+                    self.table
+                )));
+            }
+            key_columns.push(column.clone());
+        }
+        if !has_unique_index(&pool, &self.table, &self.key, false).await? {
             return Err(user_error(format!(
-                "key column '{}' has type {}: the key must be an integer column (int2, int4, int8) \
-                 that is unique and indexed",
-                self.key, key_column.sql_type
+                "no primary key or unique index of '{}' is on ({}) or a part of it: reading in \
+                 key order needs a unique key, or rows that share a key at a batch boundary are \
+                 skipped or read twice; key by the primary key, or add a unique index on these \
+                 columns",
+                self.table,
+                self.key.join(", ")
             )));
         }
         let mut columns = match &self.columns {
             None => all.clone(),
-            Some(names) => names
+            Some(wanted) => wanted
                 .iter()
                 .map(|name| {
                     all.iter()
@@ -211,17 +413,16 @@ impl PostgresSourceBuilder {
                             user_error(format!(
                                 "table '{}' has no column '{name}' (columns: {})",
                                 self.table,
-                                all.iter()
-                                    .map(|c| c.name.as_str())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
+                                names(&all)
                             ))
                         })
                 })
                 .collect::<Result<Vec<_>>>()?,
         };
-        if !columns.iter().any(|c| c.name == self.key) {
-            columns.insert(0, key_column.clone());
+        for (i, column) in key_columns.iter().enumerate() {
+            if !columns.iter().any(|c| c.name == column.name) {
+                columns.insert(i.min(columns.len()), column.clone());
+            }
         }
         let mut fields = Vec::with_capacity(columns.len());
         for column in &columns {
@@ -230,22 +431,41 @@ impl PostgresSourceBuilder {
             let data_type = column.arrow.clone().unwrap_or(DataType::Null);
             fields.push(Field::new(&column.name, data_type, column.nullable));
         }
-        let key_index = columns
+        let key_indexes = self
+            .key
             .iter()
-            .position(|c| c.name == self.key)
-            .expect("added above");
+            .map(|k| {
+                columns
+                    .iter()
+                    .position(|c| &c.name == k)
+                    .expect("added above")
+            })
+            .collect();
         Ok(PostgresSource {
             pool,
+            options,
+            timeouts: self.timeouts,
             table: self.table,
-            key: self.key,
+            key: Key {
+                names: self.key,
+                kinds,
+            },
             columns,
-            key_index,
+            key_indexes,
             filter: self.filter,
             splits: self.splits,
             batch_rows: self.batch_rows,
             schema: Arc::new(Schema::new(fields)),
         })
     }
+}
+
+fn names(columns: &[PgColumn]) -> String {
+    columns
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(crate) use tidewater_core::redact_url as redact;
@@ -261,133 +481,104 @@ impl Source for PostgresSource {
     }
 
     async fn splits(&self) -> Result<Vec<Split>> {
-        let sql = format!(
-            "SELECT min({key})::int8, max({key})::int8 FROM {table} WHERE true{filter}",
-            key = quote_ident(&self.key),
-            table = quote_table(&self.table),
-            filter = self.where_filter()
-        );
-        let (min, max): (Option<i64>, Option<i64>) = sqlx::query_as(AssertSqlSafe(sql))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| db_error("reading the key range", e))?;
-        let (Some(min), Some(max)) = (min, max) else {
-            return Ok(Vec::new());
+        let rows = self.estimated_rows().await?;
+        let ranges = if self.key.is_one_integer() {
+            self.integer_splits().await?
+        } else {
+            self.sampled_splits(rows).await?
         };
-        let span = (max as i128 - min as i128 + 1) as u128;
-        let count = u128::from(self.splits).min(span);
-        let estimate = self.estimated_rows().await? / count as u64;
-        Ok((0..count)
-            .map(|i| {
-                let lo = min as i128 + (span * i / count) as i128;
-                let hi = min as i128 + (span * (i + 1) / count) as i128 - 1;
-                self.split(lo as i64, hi as i64, estimate)
-            })
-            .collect())
+        let estimate = rows / ranges.len().max(1) as u64;
+        Ok(ranges.iter().map(|r| self.split(r, estimate)).collect())
     }
 
     async fn resume_splits(&self, checkpointed: &[String]) -> Result<Option<Vec<Split>>> {
         let estimate = self.estimated_rows().await? / checkpointed.len().max(1) as u64;
-        let prefix = self.prefix();
         let splits = checkpointed
             .iter()
             .map(|id| {
-                parse_range(id, &prefix).map(|(lo, hi)| self.split(lo, hi, estimate)).ok_or_else(|| {
-                    Error::IncompatibleState {
+                self.range_of(id)
+                    .map(|range| self.split(&range, estimate))
+                    .ok_or_else(|| Error::IncompatibleState {
                         uid: self.table.clone(),
                         checkpoint: Default::default(),
                         detail: format!(
-                            "checkpointed split '{id}' is not a range of {}.{}: was the table or key changed?",
-                            self.table, self.key
+                            "checkpointed split '{id}' is not a range of {} by ({}): was the \
+                             table or key changed?",
+                            self.table,
+                            self.key.names.join(", ")
                         ),
-                    }
-                })
+                    })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(splits))
     }
 
     async fn open(&self, split: &Split, cursor: Option<&Cursor>) -> Result<Box<dyn SplitReader>> {
-        let (lo, hi) = parse_range(&split.id, &self.prefix()).ok_or_else(|| {
-            Error::Corrupt(format!("'{}' is not a split of this source", split.id))
-        })?;
-        let after = match cursor.and_then(|c| c.get("after")) {
-            None => None,
-            Some(value) => Some(value.as_i64().ok_or_else(|| {
-                Error::Corrupt(format!(
-                    "cursor {value} of split '{}' is not an integer",
-                    split.id
-                ))
-            })?),
-        };
-        let columns = self
-            .columns
-            .iter()
-            .map(|c| quote_ident(&c.name))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let key = quote_ident(&self.key);
-        Ok(Box::new(PostgresReader {
-            source: self.clone(),
-            select_head: format!(
-                "SELECT {columns} FROM {table} WHERE {key}",
-                table = quote_table(&self.table),
-            ),
-            select_tail: format!(
-                "AND {key} <= {hi}{filter} ORDER BY {key} LIMIT {limit}",
-                filter = self.where_filter(),
-                limit = self.batch_rows,
-            ),
-            lo,
-            after,
-            done: false,
-        }))
+        self.reader("tidewater", split, cursor)
+    }
+
+    async fn open_for(
+        &self,
+        task: &TaskContext,
+        split: &Split,
+        cursor: Option<&Cursor>,
+    ) -> Result<Box<dyn SplitReader>> {
+        self.reader(&application_name(task), split, cursor)
     }
 }
 
-fn parse_range(id: &str, prefix: &str) -> Option<(i64, i64)> {
-    let (lo, hi) = id.strip_prefix(prefix)?.split_once("..=")?;
-    Some((lo.parse().ok()?, hi.parse().ok()?))
+/// Runs a `COPY ... TO STDOUT` and returns the whole payload. A connection
+/// cut mid-COPY can end the stream without an error: without its trailer
+/// the payload is incomplete, and reading again is safe.
+async fn copy_out(
+    conn: &mut PgConnection,
+    statement: &str,
+) -> std::result::Result<BytesMut, sqlx::Error> {
+    let mut stream = conn.copy_out_raw(statement).await?;
+    let mut payload = BytesMut::new();
+    while let Some(chunk) = stream.try_next().await? {
+        payload.extend_from_slice(&chunk);
+    }
+    if !payload.ends_with(&COPY_TRAILER) {
+        return Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "the COPY stream ended before its trailer",
+        )));
+    }
+    Ok(payload)
 }
 
 struct PostgresReader {
     source: PostgresSource,
-    /// The batch query up to its lower bound: `SELECT ... WHERE key`.
+    /// This reader's connection settings (its name, timeouts, read-only).
+    options: PgConnectOptions,
+    connection: Option<PgConnection>,
+    /// `SELECT cols FROM table WHERE`.
     select_head: String,
-    /// The batch query after its lower bound: `AND key <= hi ... LIMIT n`.
+    /// After the key condition: `[AND (filter)] ORDER BY key LIMIT n`.
     select_tail: String,
-    lo: i64,
-    after: Option<i64>,
+    range: KeyRange,
+    after: Option<Vec<KeyValue>>,
     done: bool,
 }
 
 impl PostgresReader {
     /// The next batch as one binary COPY payload. COPY takes no bind
-    /// parameters; the bounds are integers, formatted into the statement.
-    async fn fetch(&self) -> std::result::Result<BytesMut, sqlx::Error> {
-        let (op, from) = match self.after {
-            None => (">=", self.lo),
-            Some(after) => (">", after),
+    /// parameters: the key bounds are literals the server parses as the
+    /// columns' types (see [`KeyKind::literal`]).
+    async fn fetch(&mut self, statement: &str) -> std::result::Result<BytesMut, sqlx::Error> {
+        let connection = match &mut self.connection {
+            Some(connection) => connection,
+            None => self
+                .connection
+                .insert(PgConnection::connect_with(&self.options).await?),
         };
-        let statement = format!(
-            "COPY ({} {op} {from} {}) TO STDOUT (FORMAT binary)",
-            self.select_head, self.select_tail
-        );
-        let mut conn = self.source.pool.acquire().await?;
-        let mut stream = conn.copy_out_raw(&statement).await?;
-        let mut payload = BytesMut::new();
-        while let Some(chunk) = stream.try_next().await? {
-            payload.extend_from_slice(&chunk);
+        let result = copy_out(connection, statement).await;
+        if result.is_err() {
+            // Whatever state the connection is in, the next read starts afresh.
+            self.connection = None;
         }
-        // A connection cut mid-COPY can end the stream without an error:
-        // without its trailer the payload is incomplete, and reading again is safe.
-        if !payload.ends_with(&COPY_TRAILER) {
-            return Err(sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the COPY stream ended before its trailer",
-            )));
-        }
-        Ok(payload)
+        result
     }
 }
 
@@ -397,9 +588,18 @@ impl SplitReader for PostgresReader {
         if self.done {
             return Ok(None);
         }
+        let predicate = self
+            .source
+            .key
+            .predicate(&self.range, self.after.as_deref())
+            .map_err(|e| user_error(format!("reading '{}': {e}", self.source.table)))?;
+        let statement = format!(
+            "COPY ({} {predicate}{}) TO STDOUT (FORMAT binary)",
+            self.select_head, self.select_tail
+        );
         let mut attempt = 0;
         let payload = loop {
-            match self.fetch().await {
+            match self.fetch(&statement).await {
                 Ok(payload) => break payload,
                 // Reads are idempotent: on a dropped connection, read again.
                 Err(e) if is_connection_error(&e) && attempt < READ_RETRIES => {
@@ -432,8 +632,18 @@ impl SplitReader for PostgresReader {
             return Ok(None);
         }
         let arrays: Vec<ArrayRef> = builders.iter_mut().map(ColumnBuilder::finish).collect();
-        let key = cast(&arrays[self.source.key_index], &DataType::Int64)?;
-        self.after = Some(key.as_primitive::<Int64Type>().value(rows - 1));
+        let keys: Vec<&ArrayRef> = self
+            .source
+            .key_indexes
+            .iter()
+            .map(|&i| &arrays[i])
+            .collect();
+        let last = self
+            .source
+            .key
+            .values_at(&keys, rows - 1)
+            .map_err(|e| user_error(format!("reading '{}': {e}", self.source.table)))?;
+        self.after = Some(last);
         Ok(Some(RecordBatch::try_new(
             self.source.schema.clone(),
             arrays,
@@ -441,8 +651,8 @@ impl SplitReader for PostgresReader {
     }
 
     fn cursor(&self) -> Cursor {
-        match self.after {
-            Some(after) => json!({ "after": after }),
+        match &self.after {
+            Some(after) => json!({ "after": self.source.key.cursor_json(after) }),
             None => json!({}),
         }
     }

@@ -12,7 +12,8 @@ use tidewater_core::events::{
 use tidewater_core::{Error, Result, Throttle};
 use tokio::sync::{Notify, OnceCell};
 
-use crate::errors::{db_error, probe};
+use crate::connect::{parse_url, probe};
+use crate::errors::db_error;
 
 /// Where the lag is read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +128,11 @@ impl ReplicaLagThrottle {
 
     async fn start(&self) -> Result<()> {
         check_marks(self.inner.high, self.inner.low)?;
-        probe(&self.inner.url, "the replica-lag throttle").await?;
+        probe(
+            &parse_url(&self.inner.url, "the replica-lag throttle")?,
+            "the replica-lag throttle",
+        )
+        .await?;
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .connect(&self.inner.url)

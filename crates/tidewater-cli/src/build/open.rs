@@ -1,13 +1,16 @@
 //! Opening a spec's connectors: the only part of building that does I/O.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use anyhow::Context;
 use arrow::datatypes::SchemaRef;
 use tidewater_core::{GeneratorSource, Pipeline, RateLimit, Stream};
 use tidewater_kafka::{ClientConfig, Format, KafkaSink, KafkaSource};
 use tidewater_parquet::{OnCorruptFile, ParquetSink, ParquetSinkOptions, ParquetSource};
-use tidewater_postgres::{LagSource, PostgresSink, PostgresSource, ReplicaLagThrottle, SinkMode};
+use tidewater_postgres::{
+    LagSource, PostgresSink, PostgresSource, ReplicaLagThrottle, SinkMode, Timeouts,
+};
 
 use crate::spec::{Component, KafkaFormat, Kind, Spec, SqlSpec, ThrottleSpec};
 
@@ -69,7 +72,7 @@ pub struct Opened {
 
 /// How long a dead-letter file stays open: dead letters are few, and a
 /// user watching a long run wants to see them soon.
-const DEAD_LETTER_FILE_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+const DEAD_LETTER_FILE_AGE: Duration = Duration::from_secs(60);
 
 /// The generator's source for a component (no I/O).
 pub fn generator(kind: &Kind) -> Option<GeneratorSource> {
@@ -199,15 +202,18 @@ async fn open_one(
         Kind::PostgresSource {
             url,
             table,
-            split_column,
+            key,
             columns,
             filter,
             splits,
             batch_rows,
             connections,
+            statement_timeout,
+            lock_timeout,
             ..
         } => {
-            let mut builder = PostgresSource::builder(url, table, split_column);
+            let mut builder = PostgresSource::builder(url, table, key.clone())
+                .timeouts(timeouts(*statement_timeout, *lock_timeout));
             if let Some(columns) = columns {
                 builder = builder.columns(columns.clone());
             }
@@ -255,13 +261,20 @@ async fn open_one(
             exactly_once,
             create,
             max_bad_rows,
+            key,
+            statement_timeout,
+            lock_timeout,
         } => {
             let mode = if *exactly_once {
                 SinkMode::ExactlyOnce
             } else {
                 SinkMode::Upsert
             };
-            let mut builder = PostgresSink::builder(url, table, mode);
+            let mut builder = PostgresSink::builder(url, table, mode)
+                .timeouts(timeouts(*statement_timeout, *lock_timeout));
+            if let Some(key) = key {
+                builder = builder.key(key.clone());
+            }
             if let Some(statement) = create {
                 builder = builder.create_if_missing(statement);
             }
@@ -422,4 +435,13 @@ pub fn throttle(stream: Stream, spec: &ThrottleSpec) -> Stream {
         stream = stream.throttle(throttle);
     }
     stream
+}
+
+/// A spec's `statement_timeout` and `lock_timeout`, each defaulting alone.
+fn timeouts(statement: Option<Duration>, lock: Option<Duration>) -> Timeouts {
+    let defaults = Timeouts::default();
+    Timeouts {
+        statement: statement.unwrap_or(defaults.statement),
+        lock: lock.unwrap_or(defaults.lock),
+    }
 }

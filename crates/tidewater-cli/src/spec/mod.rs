@@ -321,10 +321,7 @@ fn read_component(
         (Role::Source, "postgres") => {
             let url = f.required_string("url", "a postgres:// connection URL");
             let table = f.required_string("table", "the table to read");
-            let split_column = f.required_string(
-                "split_column",
-                "an integer column to split and order reads by",
-            );
+            let key = source_key(f);
             let columns = f.string_list("columns").map(values);
             let filter = f.string("filter").map(|v| v.value);
             let splits = f.integer("splits", 1).map(|v| v.value);
@@ -332,11 +329,15 @@ fn read_component(
             let connections = f
                 .integer("connections", 1)
                 .map(|v| v.value.min(u64::from(u32::MAX)) as u32);
+            let statement_timeout = f.duration("statement_timeout", false).flatten();
+            let lock_timeout = f.duration("lock_timeout", false).flatten();
             let throttle = read_throttle(f);
             Kind::PostgresSource {
                 url: url?.value,
                 table: table?.value,
-                split_column: split_column?.value,
+                key: key?,
+                statement_timeout,
+                lock_timeout,
                 columns,
                 filter,
                 splits,
@@ -419,6 +420,9 @@ fn read_component(
             let bad_mode = mode.is_none() && f.has("mode");
             let create = f.string("create").map(|v| v.value);
             let max_bad_rows = f.integer("max_bad_rows", 0).map(|v| v.value);
+            let key = f.string_or_list("key").map(values);
+            let statement_timeout = f.duration("statement_timeout", false).flatten();
+            let lock_timeout = f.duration("lock_timeout", false).flatten();
             if bad_mode {
                 return None;
             }
@@ -428,6 +432,9 @@ fn read_component(
                 exactly_once: mode.is_some_and(|m| m.value == "exactly-once"),
                 create,
                 max_bad_rows,
+                key,
+                statement_timeout,
+                lock_timeout,
             }
         }
         _ => unreachable!("`type` was checked against the role's choices"),
@@ -441,8 +448,69 @@ fn read_component(
     })
 }
 
+/// A PostgreSQL source's `key` (a column or a list), or its older name
+/// `split_column` (one column); not both.
+fn source_key(f: &Fields<'_, '_>) -> Option<Vec<String>> {
+    let key = f.string_or_list("key");
+    let older = f.string("split_column");
+    match (key, older) {
+        (Some(_), Some(older)) => {
+            f.report(
+                Diagnostic::at(
+                    older.span,
+                    format!("{}: `split_column` and `key` say the same thing", f.name),
+                )
+                .help("keep `key` (split_column is its older name)"),
+            );
+            None
+        }
+        (Some(key), None) if key.is_empty() => {
+            f.report(Diagnostic::at(
+                f.span(),
+                format!(
+                    "{}: `key` is empty; name the key column (or columns)",
+                    f.name
+                ),
+            ));
+            None
+        }
+        (Some(key), None) => Some(values(key)),
+        (None, Some(older)) => Some(vec![older.value]),
+        (None, None) => {
+            if !f.has("key") && !f.has("split_column") {
+                f.missing(
+                    "key",
+                    "the unique key to split and order reads by: \"id\", or [\"a\", \"b\"]",
+                );
+            }
+            None
+        }
+    }
+}
+
+/// A source's throttles: `rate_limit` (or `rows_per_second`), and a
+/// `[replica_lag]` table (or its shorthand `max_replica_lag` + `replica_url`:
+/// pause while the replica at that URL lags more than that).
 fn read_throttle(f: &Fields<'_, '_>) -> ThrottleSpec {
     let rate_limit = f.positive_number("rate_limit").map(|v| v.value);
+    let rows_per_second = f.positive_number("rows_per_second");
+    let rate_limit = match (rate_limit, rows_per_second) {
+        (Some(_), Some(also)) => {
+            f.report(
+                Diagnostic::at(
+                    also.span,
+                    format!(
+                        "{}: `rows_per_second` and `rate_limit` say the same thing",
+                        f.name
+                    ),
+                )
+                .help("keep one of them"),
+            );
+            None
+        }
+        (one, other) => one.or(other.map(|v| v.value)),
+    };
+    let shorthand = read_replica_shorthand(f);
     let replica_lag = f.table("replica_lag").and_then(|t| {
         let url = t.required_string("url", "a postgres:// URL where the lag is read");
         let on = t.choice("on", &["primary", "replica"]);
@@ -461,9 +529,58 @@ fn read_throttle(f: &Fields<'_, '_>) -> ThrottleSpec {
             poll,
         })
     });
+    let replica_lag = match (replica_lag, shorthand) {
+        (Some(_), Some(_)) => {
+            f.report(
+                Diagnostic::at(
+                    f.span(),
+                    format!(
+                        "{}: `max_replica_lag` and a [replica_lag] table say the same thing",
+                        f.name
+                    ),
+                )
+                .help("keep one of them"),
+            );
+            None
+        }
+        (one, other) => one.or(other),
+    };
     ThrottleSpec {
         rate_limit,
         replica_lag,
+    }
+}
+
+/// `max_replica_lag = "2s"` with `replica_url = "postgres://..."`.
+fn read_replica_shorthand(f: &Fields<'_, '_>) -> Option<ReplicaLagSpec> {
+    let high = f.duration("max_replica_lag", false).flatten();
+    let url = f.string("replica_url");
+    match (high, url) {
+        (Some(high), Some(url)) => Some(ReplicaLagSpec {
+            url: url.value,
+            on_replica: true,
+            high,
+            low: None,
+            poll: None,
+        }),
+        (Some(_), None) => {
+            f.missing(
+                "replica_url",
+                "the postgres:// URL of the replica whose lag is read",
+            );
+            None
+        }
+        (None, Some(url)) => {
+            f.report(
+                Diagnostic::at(
+                    url.span,
+                    format!("{}: `replica_url` needs `max_replica_lag`", f.name),
+                )
+                .help("add max_replica_lag = \"2s\": the lag that pauses reads"),
+            );
+            None
+        }
+        (None, None) => None,
     }
 }
 

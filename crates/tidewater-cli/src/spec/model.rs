@@ -93,8 +93,8 @@ pub enum Kind {
         url: String,
         /// Table (optionally `schema.table`).
         table: String,
-        /// Integer column the reads are split and ordered by.
-        split_column: String,
+        /// The key the reads are split and ordered by: one column or several.
+        key: Vec<String>,
         /// Projection.
         columns: Option<Vec<String>>,
         /// SQL condition added to every read.
@@ -105,6 +105,10 @@ pub enum Kind {
         batch_rows: Option<usize>,
         /// Connections in the pool.
         connections: Option<u32>,
+        /// `statement_timeout` of every read.
+        statement_timeout: Option<Duration>,
+        /// `lock_timeout` of every read.
+        lock_timeout: Option<Duration>,
         /// Throttles on the source.
         throttle: ThrottleSpec,
     },
@@ -163,6 +167,12 @@ pub enum Kind {
         create: Option<String>,
         /// Rows that may go to `tidewater_dead_letters` before the job fails.
         max_bad_rows: Option<u64>,
+        /// Conflict columns for upsert (default: the primary key).
+        key: Option<Vec<String>>,
+        /// `statement_timeout` of every write.
+        statement_timeout: Option<Duration>,
+        /// `lock_timeout` of every write.
+        lock_timeout: Option<Duration>,
     },
     /// `type = "kafka"` sink.
     KafkaSink {

@@ -258,6 +258,23 @@ impl<'a, 'i> Fields<'a, 'i> {
         Some(out)
     }
 
+    /// A string or a list of strings (`key = "id"`, `key = ["a", "b"]`).
+    pub fn string_or_list(&self, key: &'static str) -> Option<Vec<Located<String>>> {
+        let value = self.raw(key)?;
+        match value.get_ref() {
+            DeValue::String(_) => self.string(key).map(|one| vec![one]),
+            DeValue::Array(_) => self.string_list(key),
+            _ => {
+                self.wrong_type(
+                    key,
+                    value,
+                    "a column name or a list of them, like [\"a\", \"b\"]",
+                );
+                None
+            }
+        }
+    }
+
     /// An optional table of strings (`columns = { w = "v * 2.0" }`), in
     /// file order: `(key, value)` with the value's location.
     pub fn string_table(&self, key: &'static str) -> Option<Vec<(String, Located<String>)>> {

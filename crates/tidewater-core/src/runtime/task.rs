@@ -19,6 +19,7 @@ use crate::checkpoint::{BlobRecord, StateStore, blob};
 use crate::error::{Error, Result};
 use crate::events::OperatorMeter;
 use crate::ids::CheckpointId;
+use crate::operator::TaskContext;
 use crate::sink::{CommitHandle, SinkWriter};
 use crate::source::{Cursor, Source, Split, SplitReader};
 use crate::state;
@@ -311,6 +312,8 @@ use arrow::array::Array;
 /// A source subtask: reads its splits in order, answering the coordinator between batches.
 pub(crate) struct SourceTask {
     pub uid: Arc<str>,
+    /// Which subtask of which job this is, for sources that name their connections.
+    pub context: TaskContext,
     pub meter: OperatorMeter,
     pub source: Arc<dyn Source>,
     pub throttles: Vec<Arc<dyn Throttle>>,
@@ -424,7 +427,7 @@ impl SourceTask {
                         let state = &self.splits[index];
                         let opened = self
                             .source
-                            .open(&state.split, state.cursor.as_ref())
+                            .open_for(&self.context, &state.split, state.cursor.as_ref())
                             .await?;
                         reader = Some((index, opened));
                     }

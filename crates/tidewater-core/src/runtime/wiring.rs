@@ -187,6 +187,7 @@ pub(crate) async fn wire(
                     let (control_tx, control_rx) = mpsc::unbounded_channel();
                     controls.push(control_tx);
                     let task = SourceTask {
+                        context: context(job, head, subtask, epoch),
                         meter: OperatorMeter::new(&job.name, &job.nodes[head].uid, subtask),
                         uid: job.nodes[head].uid.as_str().into(),
                         throttles: job.nodes[head].throttles.clone(),
