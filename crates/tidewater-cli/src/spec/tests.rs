@@ -1,6 +1,7 @@
 //! Broken specs and what each says, at which line and column.
 
 use super::*;
+use std::time::Duration;
 
 const GOOD: &str = r#"
 [job]
@@ -57,10 +58,7 @@ fn expect(name: &str, text: &str, expected: &[(usize, &str)]) {
 fn the_good_spec_reads() {
     let spec = Spec::parse("t.toml", GOOD, &env).unwrap();
     assert_eq!(spec.job.parallelism, 2);
-    assert_eq!(
-        spec.job.checkpoint_interval,
-        Some(std::time::Duration::from_secs(1))
-    );
+    assert_eq!(spec.job.checkpoint_interval, Some(Duration::from_secs(1)));
     let keep = spec.component("keep").unwrap();
     let Kind::Sql(sql) = &keep.kind else { panic!() };
     assert_eq!(sql.filter.as_ref().unwrap().value, "id % 3 <> 0");
@@ -203,4 +201,121 @@ fn computed_columns_and_aggregates_keep_the_files_order() {
     };
     let names: Vec<&str> = sql.columns.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, ["z", "a"]);
+}
+
+const PG: &str = r#"
+[job]
+name = "pg"
+
+[sources.src]
+type = "postgres"
+url = "postgres://u@h/db"
+table = "orders"
+key = ["tenant", "created_at"]
+rows_per_second = 500
+max_replica_lag = "3s"
+replica_url = "postgres://u@replica/db"
+statement_timeout = "30s"
+
+[sinks.out]
+inputs = ["src"]
+type = "postgres"
+url = "postgres://u@h/db"
+table = "orders_v2"
+mode = "upsert"
+key = "id"
+lock_timeout = "5s"
+"#;
+
+#[test]
+fn postgres_keys_lists_and_throttle_shorthands_read() {
+    let spec = Spec::parse("t.toml", PG, &env).unwrap();
+    let Kind::PostgresSource {
+        key,
+        throttle,
+        statement_timeout,
+        lock_timeout,
+        ..
+    } = &spec.component("src").unwrap().kind
+    else {
+        panic!()
+    };
+    assert_eq!(key, &["tenant", "created_at"]);
+    assert_eq!(throttle.rate_limit, Some(500.0));
+    let lag = throttle.replica_lag.as_ref().unwrap();
+    assert_eq!(
+        (lag.url.as_str(), lag.on_replica, lag.high),
+        ("postgres://u@replica/db", true, Duration::from_secs(3))
+    );
+    assert_eq!(*statement_timeout, Some(Duration::from_secs(30)));
+    assert_eq!(*lock_timeout, None);
+    let Kind::PostgresSink {
+        key, lock_timeout, ..
+    } = &spec.component("out").unwrap().kind
+    else {
+        panic!()
+    };
+    assert_eq!(key.as_deref(), Some(&["id".to_string()][..]));
+    assert_eq!(*lock_timeout, Some(Duration::from_secs(5)));
+    // The older name of a one-column key still reads.
+    let older = PG.replace(
+        r#"key = ["tenant", "created_at"]"#,
+        r#"split_column = "id""#,
+    );
+    let spec = Spec::parse("t.toml", &older, &env).unwrap();
+    let Kind::PostgresSource { key, .. } = &spec.component("src").unwrap().kind else {
+        panic!()
+    };
+    assert_eq!(key, &["id"]);
+}
+
+#[test]
+fn postgres_key_and_throttle_mistakes_say_where() {
+    let key_line = 9;
+    let cases = [
+        (
+            "both names of the key",
+            PG.replace("rows_per_second = 500", "split_column = \"id\""),
+            vec![(10, "`split_column` and `key` say the same thing")],
+        ),
+        (
+            "no key",
+            PG.replace(r#"key = ["tenant", "created_at"]"#, ""),
+            vec![(5, "[sources.src] is missing `key`")],
+        ),
+        (
+            "an empty key",
+            PG.replace(r#"key = ["tenant", "created_at"]"#, "key = []"),
+            vec![(5, "`key` is empty")],
+        ),
+        (
+            "a key of the wrong type",
+            PG.replace(r#"key = ["tenant", "created_at"]"#, "key = 3"),
+            vec![(
+                key_line,
+                "`key` in [sources.src] must be a column name or a list",
+            )],
+        ),
+        (
+            "both rate limits",
+            PG.replace(
+                "rows_per_second = 500",
+                "rows_per_second = 500\nrate_limit = 10",
+            ),
+            vec![(10, "`rows_per_second` and `rate_limit` say the same thing")],
+        ),
+        (
+            "a lag without a replica",
+            PG.replace("replica_url = \"postgres://u@replica/db\"", ""),
+            vec![(5, "[sources.src] is missing `replica_url`")],
+        ),
+        (
+            "a replica without a lag",
+            PG.replace("max_replica_lag = \"3s\"", ""),
+            vec![(12, "`replica_url` needs `max_replica_lag`")],
+        ),
+    ];
+    for (name, text, want) in cases {
+        expect(name, &text, &want);
+    }
 }
