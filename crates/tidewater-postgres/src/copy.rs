@@ -1,6 +1,7 @@
 //! Arrow batches in PostgreSQL's binary COPY format, for the column types
 //! whose binary form is the Arrow value as is (integers, floats, bool, text,
-//! bytea, date, timestamps). The exactly-once sink loads with it: a plain
+//! bytea, date, timestamps), and text into uuid (parsed to its 16 bytes).
+//! The exactly-once sink loads with it: a plain
 //! insert, 3-4x cheaper for the server than an `INSERT ... SELECT FROM UNNEST`.
 
 use arrow::array::{
@@ -34,7 +35,7 @@ fn copyable(data_type: &DataType, udt: &str) -> bool {
             | (DataType::Float32, "float4")
             | (DataType::Float64, "float8")
             | (DataType::Boolean, "bool")
-            | (DataType::Utf8, "text" | "varchar")
+            | (DataType::Utf8, "text" | "varchar" | "uuid")
             | (DataType::Binary, "bytea")
             | (DataType::Date32, "date")
             | (
@@ -59,11 +60,12 @@ pub fn all_copyable(batch: &RecordBatch, columns: &[&PgColumn]) -> bool {
         .all(|(field, column)| copyable(field.data_type(), &column.udt))
 }
 
-/// The whole COPY payload of `batch`: header, one tuple per row, trailer.
-/// Only for batches [`all_copyable`] accepts. A value PostgreSQL cannot hold
-/// (a date or timestamp past its range once moved to its epoch, a value over
-/// 2 GiB) is an error naming the column and row.
-pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
+/// The whole COPY payload of `batch` for columns of types `udts` (same
+/// order): header, one tuple per row, trailer. Only for batches
+/// [`all_copyable`] accepts. A value PostgreSQL cannot hold (a date or
+/// timestamp past its range once moved to its epoch, a value over 2 GiB, text
+/// that is not a uuid) is an error naming the column and row.
+pub fn encode(batch: &RecordBatch, udts: &[String]) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(64 + batch.get_array_memory_size());
     out.extend_from_slice(COPY_SIGNATURE);
     out.extend_from_slice(&0i32.to_be_bytes()); // flags
@@ -71,8 +73,13 @@ pub fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
     let fields = batch.num_columns() as i16;
     for row in 0..batch.num_rows() {
         out.extend_from_slice(&fields.to_be_bytes());
-        for (column, field_def) in batch.columns().iter().zip(batch.schema_ref().fields()) {
-            field(column.as_ref(), row, &mut out).map_err(|why| {
+        for ((column, field_def), udt) in batch
+            .columns()
+            .iter()
+            .zip(batch.schema_ref().fields())
+            .zip(udts)
+        {
+            field(column.as_ref(), udt, row, &mut out).map_err(|why| {
                 Error::BadInput(format!(
                     "column '{}', row {row} of a batch: {why}",
                     field_def.name()
@@ -100,7 +107,7 @@ fn out_of_range(what: &str, value: i64) -> String {
     format!("{what} {value} is outside the range PostgreSQL can store")
 }
 
-fn field(column: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<(), String> {
+fn field(column: &dyn Array, udt: &str, row: usize, out: &mut Vec<u8>) -> Result<(), String> {
     if column.is_null(row) {
         out.extend_from_slice(&(-1i32).to_be_bytes());
         return Ok(());
@@ -113,6 +120,12 @@ fn field(column: &dyn Array, row: usize, out: &mut Vec<u8>) -> Result<(), String
         DataType::Float32 => put(out, &downcast::<Float32Array>(any).value(row).to_be_bytes()),
         DataType::Float64 => put(out, &downcast::<Float64Array>(any).value(row).to_be_bytes()),
         DataType::Boolean => put(out, &[u8::from(downcast::<BooleanArray>(any).value(row))]),
+        DataType::Utf8 if udt == "uuid" => {
+            let text = column.as_string::<i32>().value(row);
+            let uuid =
+                uuid::Uuid::parse_str(text).map_err(|e| format!("'{text}' is not a uuid ({e})"))?;
+            put(out, uuid.as_bytes())
+        }
         DataType::Utf8 => put(out, column.as_string::<i32>().value(row).as_bytes()),
         DataType::Binary => put(out, downcast::<BinaryArray>(any).value(row)),
         DataType::Date32 => {
@@ -164,7 +177,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let bytes = encode(&batch).unwrap();
+        let bytes = encode(&batch, &["int8".into(), "text".into(), "date".into()]).unwrap();
         let mut want = b"PGCOPY\n\xff\r\n\0".to_vec();
         want.extend([0, 0, 0, 0, 0, 0, 0, 0]);
         want.extend([0, 3]); // three fields
@@ -181,8 +194,31 @@ mod tests {
         let batch =
             RecordBatch::try_new(schema, vec![Arc::new(Date32Array::from(vec![0, i32::MIN]))])
                 .unwrap();
-        let err = encode(&batch).unwrap_err().to_string();
+        let err = encode(&batch, &["date".into()]).unwrap_err().to_string();
         assert!(err.contains("column 'd', row 1"), "{err}");
         assert!(err.contains("outside the range"), "{err}");
+    }
+
+    #[test]
+    fn text_into_a_uuid_column_is_its_16_bytes_or_an_error() {
+        let schema = Arc::new(Schema::new(vec![Field::new("u", DataType::Utf8, false)]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![Arc::new(StringArray::from(vec![
+                "c4ca4238-a0b9-2382-0dcc-509a6f75849b",
+                "nope",
+            ]))],
+        )
+        .unwrap();
+        let one = batch.slice(0, 1);
+        let bytes = encode(&one, &["uuid".into()]).unwrap();
+        let field = &bytes[19 + 2..bytes.len() - 2];
+        assert_eq!(&field[..4], &16i32.to_be_bytes());
+        assert_eq!(field[4..6], [0xc4, 0xca]);
+        let err = encode(&batch, &["uuid".into()]).unwrap_err().to_string();
+        assert!(
+            err.contains("column 'u', row 1 of a batch: 'nope' is not a uuid"),
+            "{err}"
+        );
     }
 }

@@ -344,7 +344,7 @@ struct PostgresWriter {
     insert: Option<String>,
     /// In exactly-once mode, the binary COPY statement that loads a batch
     /// faster than the insert, when every column's type allows it.
-    copy: Option<String>,
+    copy: Option<(String, Vec<String>)>,
     connection: Option<PgConnection>,
     in_transaction: bool,
     bad_rows: u64,
@@ -656,25 +656,31 @@ impl PostgresWriter {
     }
 
     /// The COPY statement for `batch`'s columns, when binary COPY can load them.
-    fn build_copy(&self, batch: &RecordBatch, columns: &[&PgColumn]) -> Option<String> {
+    /// With it, each column's type name (`udt`), which the encoding follows.
+    fn build_copy(
+        &self,
+        batch: &RecordBatch,
+        columns: &[&PgColumn],
+    ) -> Option<(String, Vec<String>)> {
         if !copy::all_copyable(batch, columns) {
             return None;
         }
         let names: Vec<String> = columns.iter().map(|c| quote_ident(&c.name)).collect();
-        Some(format!(
+        let statement = format!(
             "COPY {} ({}) FROM STDIN (FORMAT binary)",
             quote_table(&self.sink.table),
             names.join(", ")
-        ))
+        );
+        Some((statement, columns.iter().map(|c| c.udt.clone()).collect()))
     }
 
     /// Loads `batch` inside the open transaction: binary COPY where it can,
     /// the insert otherwise. Both are plain inserts.
     async fn load(&mut self, batch: &RecordBatch) -> std::result::Result<(), sqlx::Error> {
-        let Some(statement) = self.copy.clone() else {
+        let Some((statement, udts)) = self.copy.clone() else {
             return self.insert(batch).await;
         };
-        let Ok(payload) = copy::encode(batch) else {
+        let Ok(payload) = copy::encode(batch, &udts) else {
             // A value binary COPY cannot carry (out of PostgreSQL's range):
             // the insert sends it for the server to refuse by row, which the
             // dead-letter budget handles like any other bad row.

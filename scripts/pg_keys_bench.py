@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""The PostgreSQL source's speed by key type and over TLS, as a user runs it
+(`tidewater run`, release build) on the test primary (`bash scripts/pg.sh up`):
+
+1. a table keyed by int8 and the same rows keyed by a uuid (md5 of the
+   integer: no relation between key order and the heap's), each read into
+   Parquet (the read side alone) and backfilled into a PostgreSQL table
+   exactly once (read and write sides on one server);
+2. the int8 table read into Parquet without TLS and with verify-full TLS.
+
+Contenders alternate within each round (their order rotates), so each
+ratio compares runs made minutes apart on the same machine; the replica's
+replay is paused meanwhile (it would compete for the same two cores).
+
+    python3 scripts/pg_keys_bench.py --rows 10000000 --repeat 3
+
+Needs TIDEWATER_PG_PRIMARY, TIDEWATER_PG_REPLICA and TIDEWATER_PG_TLS_DIR
+(from `bash scripts/pg.sh env`) and psql.
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import urllib.parse
+
+DATABASE = "tw_bench_keys"
+
+READ = """
+[job]
+name = "bench-read-{name}"
+state = "{dir}/state"
+checkpoint_interval = "{interval}"
+parallelism = 2
+
+[sources.src]
+type = "postgres"
+url = "{url}"
+table = "{table}"
+key = "id"
+
+[sinks.out]
+inputs = ["src"]
+type = "parquet"
+path = "{dir}/out"
+"""
+
+BACKFILL = """
+[job]
+name = "bench-backfill-{name}"
+state = "{dir}/state"
+checkpoint_interval = "{interval}"
+parallelism = 2
+
+[sources.src]
+type = "postgres"
+url = "{url}"
+table = "{table}"
+key = "id"
+
+[sinks.out]
+inputs = ["src"]
+type = "postgres"
+url = "{url}"
+table = "{table}_dst"
+mode = "exactly-once"
+create = "CREATE TABLE IF NOT EXISTS {table}_dst (LIKE {table})"
+"""
+
+
+def psql(url, sql):
+    out = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-XAtqc", sql],
+                         check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def with_database(url, database, query=""):
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + database, query=query))
+
+
+def seed(url, rows):
+    """src_int and src_uuid with `rows` rows each (kept between invocations)."""
+    for table, key in (("src_int", "i::int8"), ("src_uuid", "md5(i::text)::uuid")):
+        kind = "int8" if table == "src_int" else "uuid"
+        exists = psql(url, f"SELECT count(*) FROM pg_class WHERE relname = '{table}'") == "1"
+        if exists and psql(url, f"SELECT count(*) FROM {table}") == str(rows):
+            continue
+        print(f"seeding {table} with {rows} rows", flush=True)
+        psql(url, f"DROP TABLE IF EXISTS {table}; "
+                  f"CREATE TABLE {table} (id {kind} PRIMARY KEY, n int8, v float8, s text); "
+                  f"INSERT INTO {table} SELECT {key}, i, (i % 1000) / 4.0, md5(i::text) "
+                  f"FROM generate_series(1, {rows}) i; VACUUM ANALYZE {table}")
+
+
+def run(binary, spec_text, work):
+    """Runs one spec in a fresh folder; returns (rows/s, CPU s of the job)."""
+    if os.path.exists(work):
+        shutil.rmtree(work)
+    os.makedirs(work)
+    spec = os.path.join(work, "job.toml")
+    with open(spec, "w") as f:
+        f.write(spec_text)
+    summary = os.path.join(work, "summary.json")
+    before = os.times()
+    subprocess.run(
+        [binary, "run", spec, "--progress", "off", "--summary-json", summary,
+         "--store", f"sqlite://{work}/jobs.sqlite"],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    with open(summary) as f:
+        s = json.load(f)
+    shutil.rmtree(work)
+    return s["rows_read_in_run"] / s["elapsed_s"], cpu
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", type=int, default=10_000_000)
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--interval", default="10s")
+    p.add_argument("--binary", default="target/release/tidewater")
+    a = p.parse_args()
+    primary = os.environ["TIDEWATER_PG_PRIMARY"]
+    replica = os.environ.get("TIDEWATER_PG_REPLICA")
+    ca = os.path.join(os.environ["TIDEWATER_PG_TLS_DIR"], "ca.crt")
+    if psql(primary, f"SELECT count(*) FROM pg_database WHERE datname = '{DATABASE}'") == "0":
+        psql(primary, f"CREATE DATABASE {DATABASE}")
+    plain = with_database(primary, DATABASE, "sslmode=disable")
+    port = urllib.parse.urlsplit(primary).port
+    tls = f"postgres://postgres@localhost:{port}/{DATABASE}?sslmode=verify-full&sslrootcert={ca}"
+    seed(plain, a.rows)
+    if replica:
+        psql(replica, "SELECT pg_wal_replay_pause()")
+    scratch = tempfile.mkdtemp(prefix="tw-pg-keys-bench-")
+    contenders = {
+        "read int8": (READ, "src_int", plain),
+        "read uuid": (READ, "src_uuid", plain),
+        "read int8 TLS": (READ, "src_int", tls),
+        "backfill int8": (BACKFILL, "src_int", plain),
+        "backfill uuid": (BACKFILL, "src_uuid", plain),
+    }
+    rates = {name: [] for name in contenders}
+    try:
+        for round_ in range(a.repeat):
+            names = list(contenders)
+            names = names[round_ % len(names):] + names[:round_ % len(names)]
+            for name in names:
+                template, table, url = contenders[name]
+                psql(plain, f"DROP TABLE IF EXISTS {table}_dst")
+                rate, cpu = run(a.binary, template.format(
+                    name=name.replace(" ", "-"), dir=f"{scratch}/{name.replace(' ', '-')}",
+                    interval=a.interval, url=url, table=table), f"{scratch}/{name.replace(' ', '-')}")
+                rates[name].append(rate)
+                print(f"round {round_ + 1}: {name:14} {rate / 1e6:.3f}M rows/s ({cpu:.1f} CPU s in the job)",
+                      flush=True)
+            psql(plain, "DROP TABLE IF EXISTS src_int_dst; DROP TABLE IF EXISTS src_uuid_dst")
+            if replica:
+                psql(replica, "SELECT pg_wal_replay_resume()")
+                psql(replica, "SELECT pg_wal_replay_pause()")
+    finally:
+        if replica:
+            psql(replica, "SELECT pg_wal_replay_resume()")
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    def ratios(a_name, b_name):
+        return [x / y for x, y in zip(rates[a_name], rates[b_name])]
+
+    print(f"\n{a.rows} rows, interval {a.interval}, parallelism 2, medians of {a.repeat}:")
+    for name in contenders:
+        print(f"  {name:14} {statistics.median(rates[name]) / 1e6:.3f}M rows/s")
+    for label, x, y in (("uuid / int8, read", "read uuid", "read int8"),
+                        ("uuid / int8, backfill", "backfill uuid", "backfill int8"),
+                        ("TLS / plain, read", "read int8 TLS", "read int8")):
+        r = ratios(x, y)
+        print(f"  {label:22} median {statistics.median(r):.3f} ({', '.join(f'{v:.3f}' for v in r)})")
+
+
+if __name__ == "__main__":
+    main()
