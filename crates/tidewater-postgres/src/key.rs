@@ -128,7 +128,7 @@ impl KeyKind {
     }
 
     /// A checkpointed value back, or `None` when it is not one of this kind.
-    pub(crate) fn from_json(self, value: &Value) -> Option<KeyValue> {
+    pub(crate) fn read_json(self, value: &Value) -> Option<KeyValue> {
         Some(match self {
             KeyKind::Int => KeyValue::Int(value.as_i64()?),
             KeyKind::Numeric { scale } => KeyValue::Numeric(parse_decimal(value.as_str()?, scale)?),
@@ -359,7 +359,7 @@ impl Key {
                 .kinds
                 .iter()
                 .zip(values)
-                .map(|(kind, v)| kind.from_json(v))
+                .map(|(kind, v)| kind.read_json(v))
                 .collect(),
             Value::Number(n) if self.is_one_integer() => Some(vec![KeyValue::Int(n.as_i64()?)]),
             _ => None,

@@ -1,6 +1,7 @@
 //! `PostgresSink`: idempotent upserts, or exactly-once writes committed with
 //! the checkpoint through prepared transactions.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::array::RecordBatch;
@@ -57,7 +58,8 @@ CREATE TABLE IF NOT EXISTS tidewater_dead_letters (
 #[derive(Debug, Clone)]
 pub struct PostgresSink {
     pool: PgPool,
-    options: PgConnectOptions,
+    /// Boxed: the options are large, and every reader clones the source.
+    options: Arc<PgConnectOptions>,
     timeouts: Timeouts,
     table: String,
     mode: SinkMode,
@@ -230,7 +232,7 @@ impl PostgresSinkBuilder {
         }
         Ok(PostgresSink {
             pool,
-            options,
+            options: Arc::new(options),
             timeouts: self.timeouts,
             table: self.table,
             mode: self.mode,

@@ -92,7 +92,8 @@ impl From<&[&str]> for KeyColumns {
 #[derive(Debug, Clone)]
 pub struct PostgresSource {
     pool: PgPool,
-    options: PgConnectOptions,
+    /// Boxed: the options are large, and every reader clones the source.
+    options: Arc<PgConnectOptions>,
     timeouts: Timeouts,
     table: String,
     key: Key,
@@ -443,7 +444,7 @@ impl PostgresSourceBuilder {
             .collect();
         Ok(PostgresSource {
             pool,
-            options,
+            options: Arc::new(options),
             timeouts: self.timeouts,
             table: self.table,
             key: Key {
