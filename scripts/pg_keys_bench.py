@@ -6,7 +6,12 @@
    integer: no relation between key order and the heap's), each read into
    Parquet (the read side alone) and backfilled into a PostgreSQL table
    exactly once (read and write sides on one server);
-2. the int8 table read into Parquet without TLS and with verify-full TLS.
+2. the int8 table read into Parquet without TLS and with verify-full TLS;
+3. where the exactly-once backfill's time goes against a binary COPY load:
+   the write side alone (generated rows into PostgreSQL exactly once) and
+   the server loading the same rows from a binary COPY file of its own
+   (`COPY t FROM 'file' (FORMAT binary)`: no client at all), and the
+   backfill against the server loading the source's rows the same way.
 
 Contenders alternate within each round (their order rotates), so each
 ratio compares runs made minutes apart on the same machine; the replica's
@@ -70,6 +75,28 @@ create = "CREATE TABLE IF NOT EXISTS {table}_dst (LIKE {table})"
 """
 
 
+WRITE = """
+[job]
+name = "bench-write"
+state = "{dir}/state"
+checkpoint_interval = "{interval}"
+parallelism = 2
+
+[sources.gen]
+type = "generator"
+rows = {rows}
+keys = 100000
+
+[sinks.out]
+inputs = ["gen"]
+type = "postgres"
+url = "{url}"
+table = "gen_dst"
+mode = "exactly-once"
+create = "CREATE TABLE IF NOT EXISTS gen_dst (id int8, k int8, v float8, s text)"
+"""
+
+
 def psql(url, sql):
     out = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-XAtqc", sql],
                          check=True, capture_output=True, text=True)
@@ -117,6 +144,18 @@ def run(binary, spec_text, work):
     return s["rows_read_in_run"] / s["elapsed_s"], cpu
 
 
+def server_copy(url, table, like, path):
+    """The server loading `path` (binary COPY) into a fresh `table`: rows/s."""
+    psql(url, f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (LIKE {like})")
+    out = subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-XAtq",
+                          "-c", "\\timing on", "-c", f"COPY {table} FROM '{path}' (FORMAT binary)"],
+                         check=True, capture_output=True, text=True).stdout
+    ms = float(out.split("Time:")[1].split("ms")[0])
+    rows = int(psql(url, f"SELECT count(*) FROM {table}"))
+    psql(url, f"DROP TABLE {table}")
+    return rows / (ms / 1000)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rows", type=int, default=10_000_000)
@@ -136,28 +175,57 @@ def main():
     if replica:
         psql(replica, "SELECT pg_wal_replay_pause()")
     scratch = tempfile.mkdtemp(prefix="tw-pg-keys-bench-")
+    # Binary COPY files the server loads itself (in its own data folder's
+    # parent, which the server's user can read): the source's rows, and the
+    # generator's (written once through the exactly-once sink).
+    files = tempfile.mkdtemp(prefix="tw-pg-copy-", dir="/tmp")
+    os.chmod(files, 0o777)
+    src_file, gen_file = f"{files}/src_int.bin", f"{files}/gen.bin"
+    psql(plain, f"COPY src_int TO '{src_file}' (FORMAT binary)")
+
+    def job(template, table, url):
+        def go(name):
+            work = f"{scratch}/{name.replace(' ', '-')}"
+            psql(plain, f"DROP TABLE IF EXISTS {table}_dst")
+            return run(a.binary, template.format(name=name.replace(" ", "-"), dir=work,
+                                                 interval=a.interval, url=url, table=table,
+                                                 rows=a.rows), work)
+        return go
+
+    def write_side(name):
+        psql(plain, "DROP TABLE IF EXISTS gen_dst")
+        work = f"{scratch}/write"
+        rate = run(a.binary, WRITE.format(dir=work, interval=a.interval, url=plain, rows=a.rows), work)
+        if not os.path.exists(gen_file):
+            psql(plain, f"COPY gen_dst TO '{gen_file}' (FORMAT binary)")
+        return rate
+
     contenders = {
-        "read int8": (READ, "src_int", plain),
-        "read uuid": (READ, "src_uuid", plain),
-        "read int8 TLS": (READ, "src_int", tls),
-        "backfill int8": (BACKFILL, "src_int", plain),
-        "backfill uuid": (BACKFILL, "src_uuid", plain),
+        "read int8": job(READ, "src_int", plain),
+        "read uuid": job(READ, "src_uuid", plain),
+        "read int8 TLS": job(READ, "src_int", tls),
+        "backfill int8": job(BACKFILL, "src_int", plain),
+        "backfill uuid": job(BACKFILL, "src_uuid", plain),
+        "write only": write_side,
+        "server COPY src": lambda _: (server_copy(plain, "copy_src", "src_int", src_file), 0.0),
+        "server COPY gen": lambda _: (server_copy(plain, "copy_gen", "gen_like", gen_file), 0.0),
     }
+    # One unmeasured write makes the generator's COPY file (and warms up).
+    write_side("warm-up")
+    psql(plain, "DROP TABLE IF EXISTS gen_like; CREATE TABLE gen_like (LIKE gen_dst)")
     rates = {name: [] for name in contenders}
     try:
         for round_ in range(a.repeat):
             names = list(contenders)
             names = names[round_ % len(names):] + names[:round_ % len(names)]
             for name in names:
-                template, table, url = contenders[name]
-                psql(plain, f"DROP TABLE IF EXISTS {table}_dst")
-                rate, cpu = run(a.binary, template.format(
-                    name=name.replace(" ", "-"), dir=f"{scratch}/{name.replace(' ', '-')}",
-                    interval=a.interval, url=url, table=table), f"{scratch}/{name.replace(' ', '-')}")
+                rate, cpu = contenders[name](name)
                 rates[name].append(rate)
-                print(f"round {round_ + 1}: {name:14} {rate / 1e6:.3f}M rows/s ({cpu:.1f} CPU s in the job)",
+                print(f"round {round_ + 1}: {name:15} {rate / 1e6:.3f}M rows/s ({cpu:.1f} CPU s in the job)",
                       flush=True)
-            psql(plain, "DROP TABLE IF EXISTS src_int_dst; DROP TABLE IF EXISTS src_uuid_dst")
+                psql(plain, "CHECKPOINT")
+            psql(plain, "DROP TABLE IF EXISTS src_int_dst; DROP TABLE IF EXISTS src_uuid_dst; "
+                        "DROP TABLE IF EXISTS gen_dst")
             if replica:
                 psql(replica, "SELECT pg_wal_replay_resume()")
                 psql(replica, "SELECT pg_wal_replay_pause()")
@@ -165,18 +233,21 @@ def main():
         if replica:
             psql(replica, "SELECT pg_wal_replay_resume()")
         shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(files, ignore_errors=True)
 
     def ratios(a_name, b_name):
         return [x / y for x, y in zip(rates[a_name], rates[b_name])]
 
     print(f"\n{a.rows} rows, interval {a.interval}, parallelism 2, medians of {a.repeat}:")
     for name in contenders:
-        print(f"  {name:14} {statistics.median(rates[name]) / 1e6:.3f}M rows/s")
+        print(f"  {name:15} {statistics.median(rates[name]) / 1e6:.3f}M rows/s")
     for label, x, y in (("uuid / int8, read", "read uuid", "read int8"),
                         ("uuid / int8, backfill", "backfill uuid", "backfill int8"),
-                        ("TLS / plain, read", "read int8 TLS", "read int8")):
+                        ("TLS / plain, read", "read int8 TLS", "read int8"),
+                        ("backfill / server COPY", "backfill int8", "server COPY src"),
+                        ("write only / server COPY", "write only", "server COPY gen")):
         r = ratios(x, y)
-        print(f"  {label:22} median {statistics.median(r):.3f} ({', '.join(f'{v:.3f}' for v in r)})")
+        print(f"  {label:26} median {statistics.median(r):.3f} ({', '.join(f'{v:.3f}' for v in r)})")
 
 
 if __name__ == "__main__":

@@ -62,6 +62,12 @@ impl<const N: usize> From<[&str; N]> for KeyColumns {
     }
 }
 
+impl From<Vec<&str>> for KeyColumns {
+    fn from(names: Vec<&str>) -> Self {
+        KeyColumns(names.into_iter().map(str::to_string).collect())
+    }
+}
+
 impl From<&[&str]> for KeyColumns {
     fn from(names: &[&str]) -> Self {
         KeyColumns(names.iter().map(|n| n.to_string()).collect())
@@ -644,6 +650,16 @@ impl SplitReader for PostgresReader {
             .key
             .values_at(&keys, rows - 1)
             .map_err(|e| user_error(format!("reading '{}': {e}", self.source.table)))?;
+        if self.after.as_ref() == Some(&last) {
+            // The server read the cursor's literal as something before it:
+            // reading on would return this batch forever.
+            return Err(Error::Internal(format!(
+                "reading '{}' does not advance past key {}: the server reads its literal as an \
+                 earlier key; please report this with the key's column types",
+                self.source.table,
+                self.source.key.cursor_json(&last)
+            )));
+        }
         self.after = Some(last);
         Ok(Some(RecordBatch::try_new(
             self.source.schema.clone(),
