@@ -5,7 +5,8 @@
 1. a table keyed by int8 and the same rows keyed by a uuid (md5 of the
    integer: no relation between key order and the heap's), each read into
    Parquet (the read side alone) and backfilled into a PostgreSQL table
-   exactly once (read and write sides on one server);
+   exactly once (read and write sides on one server); and the uuid rows
+   stored in key order, read into Parquet (what the heap's order costs);
 2. the int8 table read into Parquet without TLS and with verify-full TLS;
 3. where the exactly-once backfill's time goes against a binary COPY load:
    the write side alone (generated rows into PostgreSQL exactly once) and
@@ -35,7 +36,7 @@ DATABASE = "tw_bench_keys"
 
 READ = """
 [job]
-name = "bench-read-{name}"
+name = "bench-read-{name}-{{run}}"
 state = "{dir}/state"
 checkpoint_interval = "{interval}"
 parallelism = 2
@@ -54,7 +55,7 @@ path = "{dir}/out"
 
 BACKFILL = """
 [job]
-name = "bench-backfill-{name}"
+name = "bench-backfill-{name}-{{run}}"
 state = "{dir}/state"
 checkpoint_interval = "{interval}"
 parallelism = 2
@@ -77,7 +78,7 @@ create = "CREATE TABLE IF NOT EXISTS {table}_dst (LIKE {table})"
 
 WRITE = """
 [job]
-name = "bench-write"
+name = "bench-write-{{run}}"
 state = "{dir}/state"
 checkpoint_interval = "{interval}"
 parallelism = 2
@@ -119,11 +120,26 @@ def seed(url, rows):
         psql(url, f"DROP TABLE IF EXISTS {table}; "
                   f"CREATE TABLE {table} (id {kind} PRIMARY KEY, n int8, v float8, s text); "
                   f"INSERT INTO {table} SELECT {key}, i, (i % 1000) / 4.0, md5(i::text) "
-                  f"FROM generate_series(1, {rows}) i; VACUUM ANALYZE {table}")
+                  f"FROM generate_series(1, {rows}) i")
+        psql(url, f"VACUUM ANALYZE {table}")
+    # The uuid rows again, stored in key order: what heap order costs.
+    exists = psql(url, "SELECT count(*) FROM pg_class WHERE relname = 'src_uuid_sorted'") == "1"
+    if not exists or psql(url, "SELECT count(*) FROM src_uuid_sorted") != str(rows):
+        print("seeding src_uuid_sorted", flush=True)
+        psql(url, "DROP TABLE IF EXISTS src_uuid_sorted; "
+                  "CREATE TABLE src_uuid_sorted AS SELECT * FROM src_uuid ORDER BY id; "
+                  "ALTER TABLE src_uuid_sorted ADD PRIMARY KEY (id)")
+        psql(url, "VACUUM ANALYZE src_uuid_sorted")
+
+
+RUNS = iter(range(1 << 30))
 
 
 def run(binary, spec_text, work):
-    """Runs one spec in a fresh folder; returns (rows/s, CPU s of the job)."""
+    """Runs one spec in a fresh folder; returns (rows/s, CPU s of the job).
+    Every run is a new job (its name numbered): the exactly-once sink's
+    commit rows of an earlier job of the same name would fence it."""
+    spec_text = spec_text.replace("{run}", f"{os.getpid()}-{next(RUNS)}")
     if os.path.exists(work):
         shutil.rmtree(work)
     os.makedirs(work)
@@ -203,6 +219,7 @@ def main():
     contenders = {
         "read int8": job(READ, "src_int", plain),
         "read uuid": job(READ, "src_uuid", plain),
+        "read uuid sorted": job(READ, "src_uuid_sorted", plain),
         "read int8 TLS": job(READ, "src_int", tls),
         "backfill int8": job(BACKFILL, "src_int", plain),
         "backfill uuid": job(BACKFILL, "src_uuid", plain),
@@ -221,7 +238,7 @@ def main():
             for name in names:
                 rate, cpu = contenders[name](name)
                 rates[name].append(rate)
-                print(f"round {round_ + 1}: {name:15} {rate / 1e6:.3f}M rows/s ({cpu:.1f} CPU s in the job)",
+                print(f"round {round_ + 1}: {name:17} {rate / 1e6:.3f}M rows/s ({cpu:.1f} CPU s in the job)",
                       flush=True)
                 psql(plain, "CHECKPOINT")
             psql(plain, "DROP TABLE IF EXISTS src_int_dst; DROP TABLE IF EXISTS src_uuid_dst; "
@@ -240,14 +257,15 @@ def main():
 
     print(f"\n{a.rows} rows, interval {a.interval}, parallelism 2, medians of {a.repeat}:")
     for name in contenders:
-        print(f"  {name:15} {statistics.median(rates[name]) / 1e6:.3f}M rows/s")
+        print(f"  {name:17} {statistics.median(rates[name]) / 1e6:.3f}M rows/s")
     for label, x, y in (("uuid / int8, read", "read uuid", "read int8"),
                         ("uuid / int8, backfill", "backfill uuid", "backfill int8"),
+                        ("uuid in key order / int8, read", "read uuid sorted", "read int8"),
                         ("TLS / plain, read", "read int8 TLS", "read int8"),
                         ("backfill / server COPY", "backfill int8", "server COPY src"),
                         ("write only / server COPY", "write only", "server COPY gen")):
         r = ratios(x, y)
-        print(f"  {label:26} median {statistics.median(r):.3f} ({', '.join(f'{v:.3f}' for v in r)})")
+        print(f"  {label:31} median {statistics.median(r):.3f} ({', '.join(f'{v:.3f}' for v in r)})")
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Before any PostgreSQL connection (connectors or job store) may use TLS.
+    tidewater_postgres::install_crypto_provider();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

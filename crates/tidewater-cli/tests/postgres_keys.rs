@@ -9,7 +9,8 @@
 //! both ways, and the same count; the exactly-once target has no key, so a
 //! row written twice would show).
 //!
-//! Also: every subtask's connection is visible by its `application_name`
+//! Also: a job store reached over TLS with `sslmode=verify-ca`; every
+//! subtask's connection is visible by its `application_name`
 //! in `pg_stat_activity` during a run, and a key that is nullable or not
 //! unique is refused, naming the column.
 //!
@@ -338,4 +339,26 @@ path = "{out}"
             text(&output)
         );
     }
+}
+
+#[test]
+fn a_job_store_over_tls_answers_with_the_ca_checked() {
+    let Some(db) = Db::fresh("tw_keys_tls_store") else {
+        return;
+    };
+    let ca =
+        std::env::var("TIDEWATER_PG_TLS_DIR").expect("scripts/pg.sh env exports it") + "/ca.crt";
+    // verify-ca by address: rustls must have a crypto provider chosen before
+    // the store connects (it panicked without one).
+    let store = format!("{}?sslmode=verify-ca&sslrootcert={ca}", db.url);
+    let output = support::tidewater()
+        .args(["jobs", "--store", &store])
+        .output()
+        .expect("running tidewater jobs");
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("No jobs"),
+        "{}",
+        text(&output)
+    );
 }

@@ -64,11 +64,14 @@ pub(crate) fn parse_url(url: &str, what: &str) -> Result<PgConnectOptions> {
     Ok(options)
 }
 
-/// Makes ring rustls's process-wide default, once. sqlx's verify-ca asks
-/// rustls for the default, which it cannot choose while another crate (the
-/// object store's HTTP client) enables aws-lc-rs beside ring. An
-/// application that installed its own first keeps it.
-fn install_crypto_provider() {
+/// Makes ring rustls's process-wide crypto provider, once. sqlx's
+/// `sslmode=verify-ca` asks rustls for the process default, which rustls
+/// cannot choose while another crate (the object store's HTTP client)
+/// enables aws-lc-rs beside ring, and panics. The connectors call this
+/// before connecting; a program whose other PostgreSQL clients (the job
+/// store) may connect first calls it at start. An application that
+/// installed a provider of its own keeps it.
+pub fn install_crypto_provider() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = rustls::crypto::ring::default_provider().install_default();

@@ -20,7 +20,7 @@ mod sink;
 mod source;
 mod throttle;
 
-pub use connect::{Timeouts, application_name};
+pub use connect::{Timeouts, application_name, install_crypto_provider};
 pub use sink::{PostgresSink, PostgresSinkBuilder, SinkMode};
 pub use source::{KeyColumns, PostgresSource, PostgresSourceBuilder};
 pub use throttle::{LagSource, ReplicaLagThrottle, next_paused};

@@ -261,6 +261,8 @@ impl Sink for PostgresSink {
             connection: None,
             in_transaction: false,
             bad_rows: 0,
+            pending: Vec::new(),
+            pending_rows: 0,
         }))
     }
 
@@ -327,6 +329,12 @@ impl Sink for PostgresSink {
 /// How often an upsert is tried again after a dropped connection.
 const WRITE_RETRIES: u32 = 5;
 
+/// Rows an exactly-once writer gathers before it loads them with one COPY:
+/// each COPY costs round trips and a statement start, so 8k-row batches
+/// (the generator's, a filter's output) loaded one by one ran at about half
+/// the rate of 50k-row ones (docs/benchmarks.md).
+const COPY_ROWS: usize = 50_000;
+
 /// How long a writer's transaction waits for a row lock.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 
@@ -350,6 +358,9 @@ struct PostgresWriter {
     connection: Option<PgConnection>,
     in_transaction: bool,
     bad_rows: u64,
+    /// Exactly-once batches not yet loaded (fewer than [`COPY_ROWS`] rows).
+    pending: Vec<RecordBatch>,
+    pending_rows: usize,
 }
 
 impl PostgresWriter {
@@ -703,14 +714,30 @@ impl PostgresWriter {
         copy_in.finish().await.map(|_| ())
     }
 
+    /// Loads the gathered batches into the checkpoint's transaction as one.
+    async fn load_pending(&mut self) -> Result<()> {
+        let batches = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        let Some(first) = batches.first() else {
+            return Ok(());
+        };
+        let batch = if batches.len() == 1 {
+            first.clone()
+        } else {
+            arrow::compute::concat_batches(&first.schema(), &batches)?
+        };
+        self.write_transactional(&batch).await
+    }
+
     async fn write_transactional(&mut self, batch: &RecordBatch) -> Result<()> {
         if !self.in_transaction {
             // A row lock held by an older run's prepared transaction (a
             // worker that was paused and woke after this run restored)
-            // would be waited on for ever: wait a while, then clear it.
+            // would be waited on for ever: wait a while (or the shorter
+            // `lock_timeout` asked for), then clear it.
             self.run(&format!(
                 "BEGIN; SET LOCAL lock_timeout = '{}ms'",
-                LOCK_WAIT.as_millis()
+                LOCK_WAIT.min(self.sink.timeouts.lock).as_millis().max(1)
             ))
             .await?;
             self.in_transaction = true;
@@ -759,11 +786,21 @@ impl SinkWriter for PostgresWriter {
         }
         match self.sink.mode {
             SinkMode::Upsert => self.write_upsert(&batch).await,
-            SinkMode::ExactlyOnce => self.write_transactional(&batch).await,
+            SinkMode::ExactlyOnce => {
+                self.pending_rows += batch.num_rows();
+                self.pending.push(batch);
+                if self.pending_rows >= COPY_ROWS {
+                    self.load_pending().await?;
+                }
+                Ok(())
+            }
         }
     }
 
     async fn pre_commit(&mut self, checkpoint: CheckpointId) -> Result<Option<Value>> {
+        if self.sink.mode == SinkMode::ExactlyOnce {
+            self.load_pending().await?;
+        }
         if self.sink.mode != SinkMode::ExactlyOnce || !self.in_transaction {
             return Ok(None);
         }

@@ -12,7 +12,7 @@ use tidewater_core::events::{
 use tidewater_core::{Error, Result, Throttle};
 use tokio::sync::{Notify, OnceCell};
 
-use crate::connect::{parse_url, probe};
+use crate::connect::{Timeouts, parse_url, probe, session};
 use crate::errors::db_error;
 
 /// Where the lag is read.
@@ -128,14 +128,16 @@ impl ReplicaLagThrottle {
 
     async fn start(&self) -> Result<()> {
         check_marks(self.inner.high, self.inner.low)?;
-        probe(
-            &parse_url(&self.inner.url, "the replica-lag throttle")?,
-            "the replica-lag throttle",
-        )
-        .await?;
+        let options = parse_url(&self.inner.url, "the replica-lag throttle")?;
+        probe(&options, "the replica-lag throttle").await?;
         let pool = PgPoolOptions::new()
             .max_connections(1)
-            .connect(&self.inner.url)
+            .connect_with(session(
+                &options,
+                "tidewater/replica-lag",
+                Timeouts::default(),
+                true,
+            ))
             .await
             .map_err(|e| db_error("connecting to read the replica lag", e))?;
         let lag = read_lag(&pool, self.inner.source).await?;
