@@ -357,7 +357,7 @@ fn a_job_store_over_tls_answers_with_the_ca_checked() {
         .expect("running tidewater jobs");
     assert!(output.status.success(), "{}", text(&output));
     assert!(
-        String::from_utf8_lossy(&output.stdout).contains("No jobs"),
+        String::from_utf8_lossy(&output.stdout).contains("no jobs in"),
         "{}",
         text(&output)
     );
