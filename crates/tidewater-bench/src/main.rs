@@ -8,7 +8,11 @@
 //!
 //! Every interval runs `--repeat` times, interleaved with the others and with
 //! the hand-fused limit (`backfill --engine fused`), so machine noise hits all
-//! of them alike; figures are medians. Then each interval is killed (SIGKILL)
+//! of them alike; figures are medians. After each round, every interval's wall
+//! time and CPU time (user + system, taken with `wait4` from outside the
+//! process) are printed as ratios over the same round's `off` run, and at
+//! the end the per-round ratios with their medians: `1s over off, per round:
+//! wall 1.014, 1.124, ... (median 1.094); cpu ...`. Then each interval is killed (SIGKILL)
 //! at `--crashes` random instants and restarted. Results: a table on the
 //! terminal, `results.csv`, and `interval.svg` / `interval.png` in `--out-dir`.
 //!
@@ -133,6 +137,11 @@ struct Runner {
 #[derive(Debug, Clone)]
 struct RunResult {
     rows_per_s: f64,
+    /// Seconds from spawn to exit, measured here.
+    wall_s: f64,
+    /// The process's user + system CPU seconds, from `wait4`: measured from
+    /// outside, as a user would, not reported by the job.
+    outside_cpu_s: f64,
     /// CPU seconds per million rows: steadier than wall time on a shared machine.
     cpu_per_mrow: f64,
     checkpoint_s: Vec<f64>,
@@ -180,13 +189,16 @@ impl Runner {
     fn run(&mut self, interval: &str, engine: &str) -> anyhow::Result<RunResult> {
         let dir = self.fresh_dir()?;
         let summary_path = dir.join("summary.json");
-        let status = self
+        let started = Instant::now();
+        let child = self
             .command(&dir, interval, engine)
             .arg("--summary-json")
             .arg(&summary_path)
-            .status()?;
-        if !status.success() {
-            bail!("backfill ({interval}, {engine}) failed with {status}");
+            .spawn()?;
+        let (exited_ok, outside_cpu_s) = wait_with_cpu(child)?;
+        let wall_s = started.elapsed().as_secs_f64();
+        if !exited_ok {
+            bail!("backfill ({interval}, {engine}) failed");
         }
         let summary: Value = serde_json::from_slice(&std::fs::read(&summary_path)?)?;
         let _ = std::fs::remove_dir_all(&dir);
@@ -197,6 +209,8 @@ impl Runner {
         let rows = summary["rows_read_in_run"].as_f64().unwrap_or(0.0);
         Ok(RunResult {
             rows_per_s: rows / summary["elapsed_s"].as_f64().unwrap_or(f64::NAN),
+            wall_s,
+            outside_cpu_s,
             cpu_per_mrow: summary["cpu_s"].as_f64().unwrap_or(f64::NAN) / (rows / 1e6),
             checkpoint_s: periodic
                 .iter()
@@ -294,6 +308,35 @@ fn interval_seconds(text: &str) -> anyhow::Result<Option<f64>> {
     ))
 }
 
+/// Waits for `child` with `wait4`: whether it exited with 0, and its user +
+/// system CPU seconds (children it waited for included).
+fn wait_with_cpu(child: std::process::Child) -> anyhow::Result<(bool, f64)> {
+    let pid = child.id() as libc::pid_t;
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain data; zeroed is a valid value for it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our child, not yet waited for (std only waits when
+    // asked); the pointers are to live locals.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    if waited != pid {
+        bail!("wait4 on {pid}: {}", std::io::Error::last_os_error());
+    }
+    let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    Ok((ok, seconds(usage.ru_utime) + seconds(usage.ru_stime)))
+}
+
+/// Each interval's wall and CPU time over the same round's `off` run, per
+/// round: the ratios quoted in docs/benchmarks.md (a round's runs are
+/// minutes apart, so the machine's load changes less between them than
+/// across rounds).
+fn round_ratios(off: &RunResult, run: &RunResult) -> (f64, f64) {
+    (
+        run.wall_s / off.wall_s,
+        run.outside_cpu_s / off.outside_cpu_s,
+    )
+}
+
 /// One line of the report.
 #[derive(Debug, Clone)]
 struct Row {
@@ -311,6 +354,14 @@ struct Row {
     rework_intervals: f64,
     restart_s: f64,
     peak_rss_mib: f64,
+}
+
+/// Where the framework's `off` run is among the configurations.
+fn off_position(configs: &[(String, &str)]) -> usize {
+    configs
+        .iter()
+        .position(|(interval, engine)| interval == "off" && *engine == "framework")
+        .expect("--intervals includes off (checked)")
 }
 
 fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
@@ -358,6 +409,46 @@ fn interval_bench(args: IntervalArgs) -> anyhow::Result<()> {
             );
             results[index].push(result);
         }
+        let off = results[off_position(&configs)].last().cloned();
+        if let Some(off) = off {
+            for (index, (interval, engine)) in configs.iter().enumerate() {
+                if *engine != "framework" || interval == "off" {
+                    continue;
+                }
+                if let Some(run) = results[index].last() {
+                    let (wall, cpu) = round_ratios(&off, run);
+                    eprintln!(
+                        "round {}/{repeat}: {interval:>6} over off: wall {wall:.3}, cpu {cpu:.3}",
+                        round + 1
+                    );
+                }
+            }
+        }
+    }
+    // Per-round ratios, then their medians.
+    let off_runs = results[off_position(&configs)].clone();
+    for (index, (interval, engine)) in configs.iter().enumerate() {
+        if *engine != "framework" || interval == "off" {
+            continue;
+        }
+        let (walls, cpus): (Vec<f64>, Vec<f64>) = off_runs
+            .iter()
+            .zip(&results[index])
+            .map(|(off, run)| round_ratios(off, run))
+            .unzip();
+        let list = |v: &[f64]| {
+            v.iter()
+                .map(|r| format!("{r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        eprintln!(
+            "{interval:>6} over off, per round: wall {} (median {:.3}); cpu {} (median {:.3})",
+            list(&walls),
+            median(&mut walls.clone()),
+            list(&cpus),
+            median(&mut cpus.clone())
+        );
     }
     let limit = median(
         &mut results[configs.len() - 1]
@@ -691,5 +782,37 @@ fn main() -> anyhow::Result<()> {
         Bench::Interval(args) => interval_bench(args),
         Bench::Duckdb(args) => duckdb_bench::duckdb_bench(args),
         Bench::Pg(args) => pg_bench::pg_bench(args),
+    }
+}
+
+#[cfg(test)]
+mod round_ratio_tests {
+    use super::*;
+
+    fn run(wall_s: f64, outside_cpu_s: f64) -> RunResult {
+        RunResult {
+            rows_per_s: 0.0,
+            wall_s,
+            outside_cpu_s,
+            cpu_per_mrow: 0.0,
+            checkpoint_s: Vec::new(),
+            checkpoint_bytes: Vec::new(),
+            peak_rss: 0,
+        }
+    }
+
+    #[test]
+    fn ratios_are_over_the_same_rounds_off_run() {
+        let cases = [
+            ((20.0, 30.0), (21.0, 31.5), (1.05, 1.05)),
+            ((20.0, 30.0), (19.0, 33.0), (0.95, 1.1)),
+        ];
+        for ((off_wall, off_cpu), (wall, cpu), (want_wall, want_cpu)) in cases {
+            let (w, c) = round_ratios(&run(off_wall, off_cpu), &run(wall, cpu));
+            assert!(
+                (w - want_wall).abs() < 1e-9 && (c - want_cpu).abs() < 1e-9,
+                "{w} {c}"
+            );
+        }
     }
 }
