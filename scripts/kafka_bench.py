@@ -13,12 +13,13 @@ release build) on the test broker (`bash scripts/kafka.sh up`):
 Needs TIDEWATER_KAFKA_BROKERS (from `bash scripts/kafka.sh env`).
 """
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import tempfile
+
+from bench_run import run_spec
 
 PUBLISH = """
 [job]
@@ -64,20 +65,7 @@ path = "{dir}/out"
 
 def run(binary, spec_text, work):
     """Runs one spec in a fresh folder; returns its rows/s from the summary."""
-    if os.path.exists(work):
-        shutil.rmtree(work)
-    os.makedirs(work)
-    spec = os.path.join(work, "job.toml")
-    with open(spec, "w") as f:
-        f.write(spec_text)
-    summary = os.path.join(work, "summary.json")
-    subprocess.run(
-        [binary, "run", spec, "--progress", "off", "--summary-json", summary,
-         "--store", f"sqlite://{work}/jobs.sqlite"],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(summary) as f:
-        s = json.load(f)
-    return s["rows_read_in_run"] / s["elapsed_s"]
+    return run_spec(binary, spec_text, work)[0]
 
 
 def main():

@@ -24,7 +24,6 @@ Needs TIDEWATER_PG_PRIMARY, TIDEWATER_PG_REPLICA and TIDEWATER_PG_TLS_DIR
 (from `bash scripts/pg.sh env`) and psql.
 """
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -32,11 +31,14 @@ import subprocess
 import tempfile
 import urllib.parse
 
+from bench_run import run_spec
+
 DATABASE = "tw_bench_keys"
 
-READ = """
+# A job reading `{table}` by its key `id`; the sink is appended.
+SOURCE = """
 [job]
-name = "bench-read-{name}-{{run}}"
+name = "bench-{name}-{{run}}"
 state = "{dir}/state"
 checkpoint_interval = "{interval}"
 parallelism = 2
@@ -46,26 +48,16 @@ type = "postgres"
 url = "{url}"
 table = "{table}"
 key = "id"
+"""
 
+READ = SOURCE + """
 [sinks.out]
 inputs = ["src"]
 type = "parquet"
 path = "{dir}/out"
 """
 
-BACKFILL = """
-[job]
-name = "bench-backfill-{name}-{{run}}"
-state = "{dir}/state"
-checkpoint_interval = "{interval}"
-parallelism = 2
-
-[sources.src]
-type = "postgres"
-url = "{url}"
-table = "{table}"
-key = "id"
-
+BACKFILL = SOURCE + """
 [sinks.out]
 inputs = ["src"]
 type = "postgres"
@@ -74,7 +66,6 @@ table = "{table}_dst"
 mode = "exactly-once"
 create = "CREATE TABLE IF NOT EXISTS {table}_dst (LIKE {table})"
 """
-
 
 WRITE = """
 [job]
@@ -136,28 +127,10 @@ RUNS = iter(range(1 << 30))
 
 
 def run(binary, spec_text, work):
-    """Runs one spec in a fresh folder; returns (rows/s, CPU s of the job).
-    Every run is a new job (its name numbered): the exactly-once sink's
-    commit rows of an earlier job of the same name would fence it."""
-    spec_text = spec_text.replace("{run}", f"{os.getpid()}-{next(RUNS)}")
-    if os.path.exists(work):
-        shutil.rmtree(work)
-    os.makedirs(work)
-    spec = os.path.join(work, "job.toml")
-    with open(spec, "w") as f:
-        f.write(spec_text)
-    summary = os.path.join(work, "summary.json")
-    before = os.times()
-    subprocess.run(
-        [binary, "run", spec, "--progress", "off", "--summary-json", summary,
-         "--store", f"sqlite://{work}/jobs.sqlite"],
-        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    after = os.times()
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    with open(summary) as f:
-        s = json.load(f)
-    shutil.rmtree(work)
-    return s["rows_read_in_run"] / s["elapsed_s"], cpu
+    """Runs one spec (see bench_run.run_spec); every run is a new job (its
+    name numbered): the exactly-once sink's commit rows of an earlier job of
+    the same name would fence it."""
+    return run_spec(binary, spec_text.replace("{run}", f"{os.getpid()}-{next(RUNS)}"), work)
 
 
 def server_copy(url, table, like, path):

@@ -5,7 +5,7 @@
 #
 # Needs the Rust toolchain (cargo, rustfmt, clippy), a C compiler and Python 3
 # with pip, Node.js with npm, and Java 17 with Maven (Apache Kafka's jars come
-# from Maven Central); installs PostgreSQL, tmux and chromium from
+# from Maven Central); installs PostgreSQL, openssl, tmux and chromium from
 # Debian's packages, moto (an S3 server) and schemathesis (an API tester) from
 # PyPI, and playwright-core (a browser driver) from the npm registry when
 # missing, and starts a throwaway primary, streaming replica, S3 server and

@@ -257,11 +257,11 @@ impl Key {
 
     /// `"a"` or `("a", "b")`.
     fn tuple(&self) -> String {
-        let names: Vec<String> = self.names.iter().map(|n| quote_ident(n)).collect();
-        match names.as_slice() {
-            [one] => one.clone(),
-            many => format!("({})", many.join(", ")),
-        }
+        parenthesized(self.quoted_names())
+    }
+
+    fn quoted_names(&self) -> Vec<String> {
+        self.names.iter().map(|n| quote_ident(n)).collect()
     }
 
     fn literals(&self, values: &[KeyValue]) -> Result<String, String> {
@@ -278,16 +278,23 @@ impl Key {
             .zip(values)
             .map(|(kind, value)| kind.literal(value))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(match parts.as_slice() {
-            [one] => one.clone(),
-            many => format!("({})", many.join(", ")),
-        })
+        Ok(parenthesized(parts))
+    }
+
+    /// A key tuple as typed JSON values, in column order.
+    fn tuple_json(&self, values: &[KeyValue]) -> Value {
+        Value::Array(
+            self.kinds
+                .iter()
+                .zip(values)
+                .map(|(kind, value)| kind.to_json(value))
+                .collect(),
+        )
     }
 
     /// `ORDER BY` list.
     pub(crate) fn order_by(&self) -> String {
-        let names: Vec<String> = self.names.iter().map(|n| quote_ident(n)).collect();
-        names.join(", ")
+        self.quoted_names().join(", ")
     }
 
     /// The condition for the rows of `range` after `after` (the cursor).
@@ -342,13 +349,7 @@ impl Key {
     pub(crate) fn cursor_json(&self, after: &[KeyValue]) -> Value {
         match (self.is_one_integer(), after) {
             (true, [KeyValue::Int(v)]) => json!(v),
-            _ => Value::Array(
-                self.kinds
-                    .iter()
-                    .zip(after)
-                    .map(|(kind, value)| kind.to_json(value))
-                    .collect(),
-            ),
+            _ => self.tuple_json(after),
         }
     }
 
@@ -372,15 +373,9 @@ impl Key {
         match range {
             KeyRange::Ints { lo, hi } => format!("{lo}..={hi}"),
             KeyRange::Tuples { from, to } => {
-                let bound = |b: &Option<Vec<KeyValue>>| match b {
-                    None => Value::Null,
-                    Some(values) => Value::Array(
-                        self.kinds
-                            .iter()
-                            .zip(values)
-                            .map(|(k, v)| k.to_json(v))
-                            .collect(),
-                    ),
+                let bound = |b: &Option<Vec<KeyValue>>| {
+                    b.as_deref()
+                        .map_or(Value::Null, |values| self.tuple_json(values))
                 };
                 Value::Array(vec![bound(from), bound(to)]).to_string()
             }
@@ -415,6 +410,14 @@ impl Key {
             from: bound(from)?,
             to: bound(to)?,
         })
+    }
+}
+
+/// One part as is, several in parentheses: `a` or `(a, b)`.
+fn parenthesized(parts: Vec<String>) -> String {
+    match parts.as_slice() {
+        [one] => one.clone(),
+        many => format!("({})", many.join(", ")),
     }
 }
 

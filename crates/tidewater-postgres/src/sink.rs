@@ -354,7 +354,7 @@ struct PostgresWriter {
     insert: Option<String>,
     /// In exactly-once mode, the binary COPY statement that loads a batch
     /// faster than the insert, when every column's type allows it.
-    copy: Option<(String, Vec<String>)>,
+    copy: Option<Arc<(String, Vec<String>)>>,
     connection: Option<PgConnection>,
     in_transaction: bool,
     bad_rows: u64,
@@ -669,12 +669,13 @@ impl PostgresWriter {
     }
 
     /// The COPY statement for `batch`'s columns, when binary COPY can load them.
-    /// With it, each column's type name (`udt`), which the encoding follows.
+    /// With it, each column's type name (`udt`), which the encoding follows;
+    /// shared, since every load of the writer uses it.
     fn build_copy(
         &self,
         batch: &RecordBatch,
         columns: &[&PgColumn],
-    ) -> Option<(String, Vec<String>)> {
+    ) -> Option<Arc<(String, Vec<String>)>> {
         if !copy::all_copyable(batch, columns) {
             return None;
         }
@@ -684,16 +685,20 @@ impl PostgresWriter {
             quote_table(&self.sink.table),
             names.join(", ")
         );
-        Some((statement, columns.iter().map(|c| c.udt.clone()).collect()))
+        Some(Arc::new((
+            statement,
+            columns.iter().map(|c| c.udt.clone()).collect(),
+        )))
     }
 
     /// Loads `batch` inside the open transaction: binary COPY where it can,
     /// the insert otherwise. Both are plain inserts.
     async fn load(&mut self, batch: &RecordBatch) -> std::result::Result<(), sqlx::Error> {
-        let Some((statement, udts)) = self.copy.clone() else {
+        let Some(plan) = self.copy.clone() else {
             return self.insert(batch).await;
         };
-        let Ok(payload) = copy::encode(batch, &udts) else {
+        let (statement, udts) = &*plan;
+        let Ok(payload) = copy::encode(batch, udts) else {
             // A value binary COPY cannot carry (out of PostgreSQL's range):
             // the insert sends it for the server to refuse by row, which the
             // dead-letter budget handles like any other bad row.
@@ -703,7 +708,7 @@ impl PostgresWriter {
             Ok(c) => c,
             Err(_) => return Err(sqlx::Error::PoolClosed),
         };
-        let mut copy_in = connection.copy_in_raw(&statement).await?;
+        let mut copy_in = connection.copy_in_raw(statement).await?;
         if let Err(e) = copy_in.send(payload).await {
             // The server already refused it; abort reads that refusal back.
             return Err(match copy_in.abort("tidewater: send failed").await {
