@@ -19,6 +19,25 @@ step() { printf '\n==> %s\n' "$*"; }
 # credentials is refused at once instead of looked up there.
 export AWS_EC2_METADATA_DISABLED=true
 
+# A CI clone is built once: incremental caches would only double the size of
+# the target folder (they took 17 of 60 GiB on a long-lived one).
+if [[ -n "${CI:-}" ]]; then
+  export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
+
+step "disk space"
+# A cold build takes about 15 GiB and the tests' servers and files a few more;
+# a full disk shows up much later as a confusing test failure, so say it here.
+target_dir="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$target_dir"
+for dir in "$target_dir" "${TMPDIR:-/tmp}"; do
+  free_gib=$(df -P -k "$dir" | awk 'NR == 2 { print int($4 / 1048576) }')
+  echo "$dir: $free_gib GiB free"
+  if (( free_gib < 10 )); then
+    echo "warning: less than 10 GiB free where $dir lives; the build and the tests may run out of space (cargo clean, or point CARGO_TARGET_DIR or TMPDIR at a larger volume)" >&2
+  fi
+done
+
 step "format"
 cargo fmt --all -- --check
 
