@@ -380,28 +380,33 @@ impl JobStore for SqlStore {
             transition(job.state, JobEvent::Start)
                 .map_err(|source| StoreError::Illegal { id, source })?;
             let epoch = job.epoch.max(min_epoch) + 1;
+            // The record comes back from the write itself: read afterwards,
+            // it could already be a successor's, and a run paused between
+            // the two would then take that successor's epoch for its own.
+            let text = format!(
+                "UPDATE tidewater_jobs SET state = $1, lease_host = $2, lease_pid = $3, \
+                 lease_acquired_ms = {{now}}, lease_expires_ms = {{now}} + $4, epoch = $5, \
+                 error_code = NULL, error_message = NULL, error_retryable = NULL, discard = 0, \
+                 updated_ms = {{now}} WHERE id = $6 AND epoch = $7 AND state = $8 \
+                 RETURNING {COLUMNS}"
+            );
             let taken = self
                 .retrying(|| {
-                    sqlx::query(self.sql(
-                        "UPDATE tidewater_jobs SET state = $1, lease_host = $2, lease_pid = $3, \
-                 lease_acquired_ms = {now}, lease_expires_ms = {now} + $4, epoch = $5, \
-                 error_code = NULL, error_message = NULL, error_retryable = NULL, discard = 0, \
-                 updated_ms = {now} WHERE id = $6 AND epoch = $7 AND state = $8",
-                    ))
-                    .bind(JobState::Running.as_str())
-                    .bind(me.host.clone())
-                    .bind(i64::from(me.pid))
-                    .bind(ttl.as_millis() as i64)
-                    .bind(epoch as i64)
-                    .bind(id)
-                    .bind(job.epoch as i64)
-                    .bind(job.state.as_str())
-                    .execute(&self.pool)
+                    sqlx::query(self.sql(&text))
+                        .bind(JobState::Running.as_str())
+                        .bind(me.host.clone())
+                        .bind(i64::from(me.pid))
+                        .bind(ttl.as_millis() as i64)
+                        .bind(epoch as i64)
+                        .bind(id)
+                        .bind(job.epoch as i64)
+                        .bind(job.state.as_str())
+                        .fetch_optional(&self.pool)
                 })
                 .await
                 .map_err(query_error("taking a lease"))?;
-            if taken.rows_affected() == 1 {
-                return self.get(id).await;
+            if let Some(row) = taken {
+                return decode(&row);
             }
             // Someone changed the job between the read and the write: judge again.
         }
