@@ -12,7 +12,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use tidewater::checkpoint::blob;
-use tidewater::partition::partition_batch;
+use tidewater::partition::{DEFAULT_KEY_GROUPS, KeyGroups, partition_batch};
 use tidewater::transforms::aggregate::AggregateOperator;
 use tidewater::{AggregateSpec, Collector, GeneratorSource, Operator};
 
@@ -73,9 +73,10 @@ fn kernels(c: &mut Criterion) {
     group.throughput(Throughput::Elements(rows));
     group.bench_function("hash_k_over_2", |b| {
         let mut scratch = Vec::new();
+        let groups = KeyGroups::new(DEFAULT_KEY_GROUPS, 2).expect("key groups");
         b.iter(|| {
             for batch in &input {
-                black_box(partition_batch(batch, &[1], 2, &mut scratch).expect("partition"));
+                black_box(partition_batch(batch, &[1], &groups, &mut scratch).expect("partition"));
             }
         })
     });

@@ -56,6 +56,12 @@ impl Operator for FirstPerKey {
         Ok(Some(RecordBatch::try_new(schema, vec![Arc::new(seen)])?))
     }
 
+    // The state is one row per key, in column `k`: a restore at another
+    // parallelism gives each subtask the keys it now receives.
+    fn state_keys(&self) -> Option<Vec<String>> {
+        Some(vec!["k".into()])
+    }
+
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
         self.seen = state::column::<Int64Array>(&state, "k")?
             .values()

@@ -103,9 +103,12 @@ impl SinkWriter for MemoryWriter {
 }
 
 /// A user operator with keyed state: numbers the rows of each key 0, 1, 2, ...
+/// `keyed` declares the state one row per key (column `k`), which lets a
+/// restore at another parallelism split it.
 #[derive(Default)]
 struct NumberPerKey {
     next: HashMap<i64, i64>,
+    keyed: bool,
 }
 
 fn numbered_schema() -> Arc<Schema> {
@@ -155,6 +158,9 @@ impl Operator for NumberPerKey {
             ],
         )?))
     }
+    fn state_keys(&self) -> Option<Vec<String>> {
+        self.keyed.then(|| vec!["k".to_string()])
+    }
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
         let keys = tidewater::state::column::<Int64Array>(&state, "k")?;
         let next = tidewater::state::column::<Int64Array>(&state, "next")?;
@@ -173,6 +179,12 @@ const KEYS: u64 = 1_000;
 
 /// generator (p=1) → filter (p=3, round-robin) → key_by(k) → number-per-key (p=2) → sink (p=1)
 fn numbering_job(sink: &MemorySink) -> Job {
+    numbering_job_at(sink, 2, false)
+}
+
+/// [`numbering_job`] with number-per-key at `parallelism`, its state
+/// declared keyed or not.
+fn numbering_job_at(sink: &MemorySink, parallelism: usize, keyed: bool) -> Job {
     let pipeline = Pipeline::new("numbering");
     pipeline
         .source(
@@ -189,8 +201,13 @@ fn numbering_job(sink: &MemorySink) -> Job {
         })
         .parallelism(3)
         .key_by(["k"])
-        .transform("number", |_ctx| Ok(NumberPerKey::default()))
-        .parallelism(2)
+        .transform("number", move |_ctx| {
+            Ok(NumberPerKey {
+                keyed,
+                ..NumberPerKey::default()
+            })
+        })
+        .parallelism(parallelism)
         .sink("memory", sink.clone())
         .parallelism(1);
     pipeline.build().unwrap()
@@ -260,6 +277,67 @@ async fn unequal_parallelism_and_user_state_survive_cancel_and_resume() {
         Outcome::Completed(summary) => assert_eq!(summary.restored_from, Some(savepoint)),
         other => panic!("expected completion, got {other:?}"),
     }
+    assert_numbering(&sink.committed());
+}
+
+/// Runs the job until it has checkpointed twice, then cancels it.
+async fn cancel_after_two_checkpoints(job: Job, config: JobConfig) {
+    let handle = job.start(config);
+    while handle.progress().checkpoints < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    handle.cancel();
+    match handle.join().await.unwrap() {
+        Outcome::Cancelled { summary, .. } => assert!(
+            summary.progress.rows_read < ROWS,
+            "cancelled too late to test a resume"
+        ),
+        other => panic!("expected a cancel, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_user_state_moves_to_the_subtasks_of_a_new_parallelism() {
+    // 2 → 3 → 1: the numbering of every key goes on where it stopped, so
+    // each key's state reached the subtask that now receives its rows.
+    let location = open_location("memory://").unwrap();
+    let sink = MemorySink::default();
+    let config = || memory_config(&location, 10);
+    cancel_after_two_checkpoints(numbering_job_at(&sink, 2, true), config()).await;
+    cancel_after_two_checkpoints(numbering_job_at(&sink, 3, true), config()).await;
+    match numbering_job_at(&sink, 1, true)
+        .run(config())
+        .await
+        .unwrap()
+    {
+        Outcome::Completed(summary) => assert!(summary.restored_from.is_some()),
+        other => panic!("expected completion, got {other:?}"),
+    }
+    assert_numbering(&sink.committed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_not_declared_keyed_refuses_a_new_parallelism_and_says_how_to_allow_it() {
+    let location = open_location("memory://").unwrap();
+    let sink = MemorySink::default();
+    let config = || memory_config(&location, 10);
+    cancel_after_two_checkpoints(numbering_job_at(&sink, 2, false), config()).await;
+    let refused = numbering_job_at(&sink, 3, false)
+        .run(config())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("'number'")
+            && refused.contains("parallelism 2")
+            && refused.contains("state_keys"),
+        "{refused}"
+    );
+    // At its old parallelism it resumes and completes exactly.
+    numbering_job_at(&sink, 2, false)
+        .run(config())
+        .await
+        .unwrap();
     assert_numbering(&sink.committed());
 }
 

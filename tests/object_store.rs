@@ -298,6 +298,7 @@ fn manifest(checkpoint: u64, epoch: u64) -> tidewater::checkpoint::Manifest {
         created_at_ms: 0,
         fingerprint: String::new(),
         partitioner: None,
+        key_groups: None,
         operators: vec![],
         blobs: vec![],
         commits: vec![],

@@ -187,19 +187,54 @@ fn a_changed_pipeline_is_refused_with_the_operator_named() {
 }
 
 #[test]
-fn keyed_state_refuses_a_different_parallelism() {
-    let dir = tempfile::tempdir().unwrap();
-    let job = Backfill::new(dir.path(), "aggregate", AGGREGATE_ROWS, KEYS);
-    run_and_kill_after(&job, 1);
-    let mut wider = job.clone();
-    wider.parallelism = 3;
-    let refused = wider.run();
-    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
-    let message = stderr(&refused);
-    assert!(
-        message.contains("operator 'aggregate") && message.contains("parallelism 2"),
-        "{message}"
-    );
+fn a_job_rescaled_through_a_cancel_and_kills_writes_exact_output() {
+    // Parallelism 2, cancelled; 3, killed at random instants; 1, to the end.
+    // Keyed state (the aggregate, its pre-aggregations, their partial
+    // groups) splits by key group; the Parquet writers' open files are
+    // finished and published on the rescale, and a restore of the same
+    // checkpoint again finds them published.
+    let mut rng = common::Rng::from_time();
+    for mode in ["copy", "aggregate"] {
+        let dir = tempfile::tempdir().unwrap();
+        let rows = rows_for(mode);
+        let mut job = Backfill::new(dir.path(), mode, rows, KEYS);
+        let mut child = job.spawn();
+        assert!(
+            job.wait_for_manifests(&mut child, 1, WAIT),
+            "no checkpoint before the cancel"
+        );
+        common::signal(&child, "TERM");
+        let cancelled = child.wait_with_output().unwrap();
+        assert_eq!(cancelled.status.code(), Some(3), "{}", text(&cancelled));
+
+        job.parallelism = 3;
+        let mut rescaled = 0;
+        for _ in 0..4 {
+            let mut child = job.spawn();
+            std::thread::sleep(Duration::from_millis(50 + rng.below(700)));
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            rescaled += stderr(&output)
+                .matches("state split among the subtasks")
+                .count();
+            if output.status.success() {
+                break;
+            }
+        }
+        assert!(
+            rescaled > 0,
+            "{mode}: no run at parallelism 3 rescaled the state"
+        );
+
+        job.parallelism = 1;
+        let last = job.run();
+        assert!(last.status.success(), "{}", text(&last));
+        match mode {
+            "copy" => assert_copy_output(&job.out, rows, KEYS),
+            _ => assert_aggregate_output(&job.out, rows, KEYS),
+        }
+        eprintln!("{mode}: {rescaled} rescaled starts at parallelism 3, then exact at 1");
+    }
 }
 
 #[test]

@@ -110,6 +110,25 @@ pub trait Operator: Send + 'static {
         Ok(None)
     }
 
+    /// The columns of the batch [`snapshot`](Operator::snapshot) returns
+    /// that hold each row's key, in the order of the `key_by` columns the
+    /// operator reads, when that batch is one row per key (`None`, the
+    /// default, when it is not).
+    ///
+    /// With them, a restore at another parallelism (up to the job's key
+    /// group count) hands each subtask the rows of the key groups it now
+    /// owns: the same hash routes input rows and splits state. Without them
+    /// the state is one piece per subtask, and a restore that changes the
+    /// operator's parallelism is refused.
+    ///
+    /// In the example above, `RowCounter`'s state is not per key. A
+    /// deduplicator whose state is a column `id` of the ids it has seen,
+    /// keyed by `id`, returns `Some(vec!["id".into()])` (as
+    /// `examples/dedup.rs` does).
+    fn state_keys(&self) -> Option<Vec<String>> {
+        None
+    }
+
     /// Rebuilds the state from a batch that [`snapshot`](Operator::snapshot) returned.
     fn restore(&mut self, _state: RecordBatch) -> Result<()> {
         Err(Error::InvalidPipeline(format!(

@@ -19,9 +19,17 @@
 //!
 //! A row keyed by one column hashes to `XXH3-64(seed, enc(v))`; each further
 //! key column chains: `h = XXH3-64(seed, le64(h) ++ enc(v))`. The seed is
-//! [`SEED`]. A row goes to subtask `h % parallelism`. The values are pinned
-//! by golden unit tests; changing any of this is a new partitioner version,
-//! which a restore of older keyed state refuses (see [`PartitionerId`]).
+//! [`SEED`].
+//!
+//! A row's **key group** is `h % G`, where `G`, the job's key group count,
+//! is chosen when the job first starts and recorded in its manifest (Flink's
+//! max-parallelism). Subtask `s` of `p` owns the contiguous groups
+//! `[ceil(s·G/p), ceil((s+1)·G/p))`, so group `g` goes to subtask
+//! `g·p / G` ([`KeyGroups`]). Keyed state therefore splits along key groups
+//! when a restore changes the parallelism. The values are pinned by golden
+//! unit tests; changing any of this is a new partitioner version, which a
+//! restore of keyed state that cannot be split again refuses (see
+//! [`PartitionerId`]).
 
 use std::sync::Arc;
 
@@ -54,15 +62,107 @@ impl std::fmt::Display for PartitionerId {
 
 /// The name of the partitioner this build uses.
 pub const PARTITIONER_NAME: &str = "xxh3-64";
-/// The version of the partitioner this build uses.
-pub const PARTITIONER_VERSION: u32 = 1;
+/// The version of the partitioner this build uses. Version 1 placed a row
+/// at `h % parallelism`; version 2 places it by its key group.
+pub const PARTITIONER_VERSION: u32 = 2;
+
+/// The key group count of a job that does not choose one.
+pub const DEFAULT_KEY_GROUPS: u32 = 4096;
+
+/// The most key groups a job may have (and so the most subtasks a keyed
+/// operator may run).
+pub const MAX_KEY_GROUPS: u32 = 32_768;
+
+/// A job's key groups and which subtask owns each: the placement rule of
+/// the module documentation, as a table (one entry per group), so that
+/// routing a row costs a lookup.
+///
+/// ```
+/// use tidewater_core::partition::KeyGroups;
+///
+/// let groups = KeyGroups::new(8, 3).unwrap();
+/// assert_eq!(groups.owned_by(0), 0..3);
+/// assert_eq!(groups.owned_by(1), 3..6);
+/// assert_eq!(groups.owned_by(2), 6..8);
+/// assert_eq!(groups.owner_of_hash(13), 1); // 13 % 8 = group 5
+/// ```
+#[derive(Debug, Clone)]
+pub struct KeyGroups {
+    count: u32,
+    parallelism: usize,
+    owners: Arc<[u16]>,
+}
+
+impl KeyGroups {
+    /// `count` groups over `parallelism` subtasks; refused when a subtask
+    /// would own no group, or the count is out of range.
+    pub fn new(count: u32, parallelism: usize) -> Result<Self> {
+        check_key_groups(count, parallelism)?;
+        let owners = (0..count)
+            .map(|g| (u64::from(g) * parallelism as u64 / u64::from(count)) as u16)
+            .collect();
+        Ok(KeyGroups {
+            count,
+            parallelism,
+            owners,
+        })
+    }
+
+    /// How many groups there are.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// How many subtasks own them.
+    pub fn parallelism(&self) -> usize {
+        self.parallelism
+    }
+
+    /// The group of a key hash.
+    #[inline(always)]
+    pub fn group_of(&self, hash: u64) -> u32 {
+        (hash % u64::from(self.count)) as u32
+    }
+
+    /// The subtask that owns the key of a hash.
+    #[inline(always)]
+    pub fn owner_of_hash(&self, hash: u64) -> usize {
+        usize::from(self.owners[self.group_of(hash) as usize])
+    }
+
+    /// The groups subtask `subtask` owns.
+    pub fn owned_by(&self, subtask: usize) -> std::ops::Range<u32> {
+        let (g, p) = (u64::from(self.count), self.parallelism as u64);
+        let start = |s: u64| (s * g).div_ceil(p) as u32;
+        start(subtask as u64)..start(subtask as u64 + 1)
+    }
+}
+
+/// Whether `count` key groups can be spread over `parallelism` subtasks.
+pub fn check_key_groups(count: u32, parallelism: usize) -> Result<()> {
+    if count == 0 || count > MAX_KEY_GROUPS {
+        return Err(Error::InvalidConfig(format!(
+            "key_groups = {count}: a job has between 1 and {MAX_KEY_GROUPS} key groups \
+             (the default is {DEFAULT_KEY_GROUPS})"
+        )));
+    }
+    if parallelism == 0 || parallelism > count as usize {
+        return Err(Error::InvalidConfig(format!(
+            "a keyed operator cannot run {parallelism} subtasks over the job's {count} key \
+             groups: keyed state is split by key group, so the parallelism may be at most the \
+             key group count, which is fixed when the job first starts; lower the parallelism, \
+             or start a new job (another name or state location) with more key groups"
+        )));
+    }
+    Ok(())
+}
 
 /// The partitioner this build uses.
 ///
 /// ```
 /// use tidewater_core::partition::partitioner;
 ///
-/// assert_eq!(partitioner().to_string(), "xxh3-64 version 1");
+/// assert_eq!(partitioner().to_string(), "xxh3-64 version 2");
 /// ```
 pub fn partitioner() -> PartitionerId {
     PartitionerId {
@@ -283,32 +383,42 @@ pub fn hash_columns(columns: &[&ArrayRef], hashes: &mut Vec<u64>) -> Result<()> 
     Ok(())
 }
 
-/// Splits a batch by the hash of its key columns into `partitions` batches
-/// (empty ones are `None`). `scratch` is reused across calls.
+/// Splits a batch by the key groups of its key columns into one batch per
+/// subtask of `groups` (empty ones are `None`). `scratch` is reused across
+/// calls.
 pub fn partition_batch(
     batch: &RecordBatch,
     key_indices: &[usize],
-    partitions: usize,
+    groups: &KeyGroups,
     scratch: &mut Vec<u64>,
 ) -> Result<Vec<Option<RecordBatch>>> {
     let columns: Vec<&ArrayRef> = key_indices.iter().map(|i| batch.column(*i)).collect();
     hash_columns(&columns, scratch)?;
+    let partitions = groups.parallelism();
     let mut indices: Vec<Vec<u32>> = (0..partitions)
         .map(|_| Vec::with_capacity(batch.num_rows() / partitions + 16))
         .collect();
-    // `hash % partitions` decides where a key's state lives, so it must not
-    // change; a mask computes the same for a power of two without a
-    // division per row.
-    if partitions.is_power_of_two() {
-        let mask = partitions as u64 - 1;
+    // A mask computes `hash % count` for a power of two without a division
+    // per row; the owner table does the rest.
+    if groups.count.is_power_of_two() {
+        let mask = u64::from(groups.count) - 1;
         for (row, hash) in scratch.iter().enumerate() {
-            indices[(*hash & mask) as usize].push(row as u32);
+            let owner = groups.owners[(*hash & mask) as usize];
+            indices[usize::from(owner)].push(row as u32);
         }
     } else {
         for (row, hash) in scratch.iter().enumerate() {
-            indices[(*hash % partitions as u64) as usize].push(row as u32);
+            indices[groups.owner_of_hash(*hash)].push(row as u32);
         }
     }
+    take_parts(batch, indices)
+}
+
+/// One batch per list of rows of `batch` (`None` for an empty list).
+pub(crate) fn take_parts(
+    batch: &RecordBatch,
+    indices: Vec<Vec<u32>>,
+) -> Result<Vec<Option<RecordBatch>>> {
     indices
         .into_iter()
         .map(|rows| {
@@ -342,7 +452,8 @@ mod tests {
             ("k", Arc::new(Int64Array::from(keys)) as ArrayRef),
         ])
         .unwrap();
-        let parts = partition_batch(&batch, &[1], 3, &mut Vec::new()).unwrap();
+        let groups = KeyGroups::new(DEFAULT_KEY_GROUPS, 3).unwrap();
+        let parts = partition_batch(&batch, &[1], &groups, &mut Vec::new()).unwrap();
         let mut owner = std::collections::HashMap::new();
         let mut total = 0;
         for (p, part) in parts.iter().enumerate() {
@@ -361,26 +472,64 @@ mod tests {
     }
 
     #[test]
-    fn every_parallelism_places_a_row_at_its_hash_modulo_p() {
-        // Restored keyed state sits where `hash % p` put it: the power-of-two
-        // shortcut must agree.
+    fn every_parallelism_places_a_row_with_the_owner_of_its_key_group() {
+        // Restored keyed state is split by `owned_by`: the routing table
+        // and the power-of-two shortcut must agree with it.
         let keys: ArrayRef = Arc::new(Int64Array::from_iter_values(0..1000));
         let batch = RecordBatch::try_from_iter([("k", keys.clone())]).unwrap();
         let mut hashes = Vec::new();
         hash_columns(&[&keys], &mut hashes).unwrap();
-        for p in [2usize, 3, 4, 8] {
-            let parts = partition_batch(&batch, &[0], p, &mut Vec::new()).unwrap();
+        for (count, p) in [(4096, 2usize), (4096, 3), (100, 3), (7, 7), (1, 1)] {
+            let groups = KeyGroups::new(count, p).unwrap();
+            let parts = partition_batch(&batch, &[0], &groups, &mut Vec::new()).unwrap();
             for (at, part) in parts.iter().enumerate() {
+                let owned = groups.owned_by(at);
                 for k in part
-                    .as_ref()
-                    .unwrap()
-                    .column(0)
-                    .as_primitive::<Int64Type>()
-                    .values()
+                    .iter()
+                    .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
                 {
-                    assert_eq!(hashes[*k as usize] % p as u64, at as u64, "key {k}, p {p}");
+                    let group = (hashes[k as usize] % u64::from(count)) as u32;
+                    assert!(owned.contains(&group), "key {k}, {count} groups, p {p}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn key_group_ranges_are_contiguous_cover_every_group_and_are_never_empty() {
+        for (count, p) in [
+            (4096, 1usize),
+            (4096, 2),
+            (4096, 3),
+            (4096, 7),
+            (10, 10),
+            (10, 3),
+        ] {
+            let groups = KeyGroups::new(count, p).unwrap();
+            let mut next = 0;
+            for s in 0..p {
+                let range = groups.owned_by(s);
+                assert_eq!(range.start, next, "{count} groups, p {p}, subtask {s}");
+                assert!(!range.is_empty(), "{count} groups, p {p}, subtask {s}");
+                for g in range.clone() {
+                    assert_eq!(usize::from(groups.owners[g as usize]), s);
+                }
+                next = range.end;
+            }
+            assert_eq!(next, count);
+        }
+    }
+
+    #[test]
+    fn key_group_counts_out_of_range_are_refused() {
+        for (count, p, says) in [
+            (0, 1, "between 1 and 32768"),
+            (40_000, 1, "between 1 and 32768"),
+            (4, 5, "at most the key group count"),
+            (4, 0, "at most the key group count"),
+        ] {
+            let error = KeyGroups::new(count, p).unwrap_err().to_string();
+            assert!(error.contains(says), "{count}, {p}: {error}");
         }
     }
 
@@ -508,29 +657,37 @@ mod tests {
 
     #[test]
     fn golden_placement_of_small_keys() {
-        // (key, subtask at p = 2, subtask at p = 3), from the golden hashes.
+        // (key, key group of 4096, subtask at p = 2, subtask at p = 3), from
+        // the golden hashes (the reference implementation's, as above).
         let golden = [
-            (0, 0, 0),
-            (1, 1, 0),
-            (2, 0, 2),
-            (3, 0, 2),
-            (4, 1, 0),
-            (5, 1, 1),
-            (6, 1, 1),
-            (7, 0, 2),
+            (0, 2438, 1, 1),
+            (1, 2007, 0, 1),
+            (2, 1410, 0, 1),
+            (3, 3998, 1, 2),
+            (4, 3277, 1, 2),
+            (5, 1703, 0, 1),
+            (6, 2769, 1, 2),
+            (7, 4056, 1, 2),
         ];
         let keys: ArrayRef = Arc::new(Int64Array::from_iter_values(0..8));
+        let mut hashes = Vec::new();
+        hash_columns(&[&keys], &mut hashes).unwrap();
         let batch = RecordBatch::try_from_iter([("k", keys)]).unwrap();
-        for (p, pick) in [(2usize, 1usize), (3, 2)] {
-            let parts = partition_batch(&batch, &[0], p, &mut Vec::new()).unwrap();
+        for (p, pick) in [(2usize, 2usize), (3, 3)] {
+            let groups = KeyGroups::new(DEFAULT_KEY_GROUPS, p).unwrap();
+            let parts = partition_batch(&batch, &[0], &groups, &mut Vec::new()).unwrap();
             for (at, part) in parts.iter().enumerate() {
                 for k in part
                     .iter()
                     .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
                 {
-                    let want = golden[k as usize];
-                    let want = if pick == 1 { want.1 } else { want.2 };
-                    assert_eq!(at, want, "key {k} at p = {p}");
+                    let (_, group, at_2, at_3) = golden[k as usize];
+                    assert_eq!(groups.group_of(hashes[k as usize]), group, "key {k}");
+                    assert_eq!(
+                        at,
+                        if pick == 2 { at_2 } else { at_3 },
+                        "key {k} at p = {p}"
+                    );
                 }
             }
         }

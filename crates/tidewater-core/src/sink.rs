@@ -61,6 +61,35 @@ pub trait Sink: Send + Sync + 'static {
         )))
     }
 
+    /// Whether [`rescale`](Sink::rescale) can move writer state taken at
+    /// one parallelism to another. `false` (the default) refuses a restore
+    /// that changes the parallelism of a sink with writer state.
+    fn rescales(&self) -> bool {
+        false
+    }
+
+    /// Hands writer state taken at another parallelism to the new writers:
+    /// `states[i]` is what old subtask `i` carried (`None` when nothing);
+    /// returns one state per new subtask of `ctx.parallelism`. Called on
+    /// restore, after the restored checkpoint's handles were committed and
+    /// before any writer opens, and again on every later restore of the same
+    /// checkpoint, so what it publishes must be published idempotently.
+    /// `checkpoint` is the one restored. An error says what cannot move and
+    /// why.
+    async fn rescale(
+        &self,
+        ctx: &TaskContext,
+        checkpoint: CheckpointId,
+        states: Vec<Option<RecordBatch>>,
+    ) -> Result<Vec<Option<RecordBatch>>> {
+        let _ = (checkpoint, states);
+        Err(Error::InvalidPipeline(format!(
+            "sink '{}' (kind {}) cannot move its writers' state to another parallelism",
+            ctx.uid,
+            self.kind()
+        )))
+    }
+
     /// Publishes what a writer pre-committed. Idempotent: committing an
     /// already committed handle changes nothing.
     async fn commit(&self, handle: &CommitHandle) -> Result<()>;

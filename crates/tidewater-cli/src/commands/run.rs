@@ -162,7 +162,8 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
     };
     let config = JobConfig::with_location(location)
         .checkpoint_interval(spec.job.checkpoint_interval)
-        .retain(spec.job.retain);
+        .retain(spec.job.retain)
+        .key_groups(spec.job.key_groups);
     let mut supervised = match pending
         .lease(command.lease_ttl, min_epoch, command.steal)
         .await

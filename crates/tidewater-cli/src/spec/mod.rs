@@ -31,6 +31,7 @@ pub mod reader;
 
 use std::cell::RefCell;
 
+use tidewater_core::partition::{DEFAULT_KEY_GROUPS, MAX_KEY_GROUPS};
 use toml::de::{DeTable, DeValue};
 
 pub use diagnostic::{Diagnostic, Diagnostics, SourceText};
@@ -85,6 +86,7 @@ impl Spec {
                 checkpoint_interval: Some(std::time::Duration::from_secs(1)),
                 parallelism: 2,
                 retain: 3,
+                key_groups: DEFAULT_KEY_GROUPS,
             },
             components: Vec::new(),
         };
@@ -209,8 +211,22 @@ fn read_job(f: &Fields<'_, '_>) -> Option<JobSpec> {
     let interval = f.duration("checkpoint_interval", true);
     let parallelism = f.integer("parallelism", 1);
     let retain = f.integer("retain", 1);
+    let key_groups = f.integer("key_groups", 1);
     f.finish();
     let name = name?;
+    if let Some(g) = key_groups
+        .as_ref()
+        .filter(|g| g.value > u64::from(MAX_KEY_GROUPS))
+    {
+        f.report(Diagnostic::at(
+            g.span.clone(),
+            format!(
+                "`key_groups` in [job] must be at most {MAX_KEY_GROUPS} (the default is \
+                 {DEFAULT_KEY_GROUPS}); it bounds how far keyed operators can be rescaled"
+            ),
+        ));
+        return None;
+    }
     if name.value.is_empty() || name.value.contains('/') {
         f.report(Diagnostic::at(
             name.span,
@@ -224,6 +240,7 @@ fn read_job(f: &Fields<'_, '_>) -> Option<JobSpec> {
         checkpoint_interval: interval.unwrap_or(Some(std::time::Duration::from_secs(1))),
         parallelism: parallelism.map_or(2, |p| p.value as usize),
         retain: retain.map_or(3, |r| r.value as usize),
+        key_groups: key_groups.map_or(DEFAULT_KEY_GROUPS, |g| g.value as u32),
     })
 }
 

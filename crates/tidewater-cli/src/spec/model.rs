@@ -17,6 +17,10 @@ pub struct JobSpec {
     pub parallelism: usize,
     /// Completed checkpoints to keep (default 3).
     pub retain: usize,
+    /// Key groups keyed state is split into (default 4096): fixed when the
+    /// job first starts, and the highest parallelism a keyed operator can
+    /// later be rescaled to.
+    pub key_groups: u32,
 }
 
 /// Whether a component produces, transforms or consumes rows.

@@ -58,6 +58,7 @@ fn expect(name: &str, text: &str, expected: &[(usize, &str)]) {
 fn the_good_spec_reads() {
     let spec = Spec::parse("t.toml", GOOD, &env).unwrap();
     assert_eq!(spec.job.parallelism, 2);
+    assert_eq!(spec.job.key_groups, 4096);
     assert_eq!(spec.job.checkpoint_interval, Some(Duration::from_secs(1)));
     let keep = spec.component("keep").unwrap();
     let Kind::Sql(sql) = &keep.kind else { panic!() };
@@ -133,6 +134,16 @@ fn broken_specs_say_where_and_what() {
         "zero parallelism",
         &GOOD.replace("parallelism = 2", "parallelism = 0"),
         &[(5, "`parallelism` in [job] must be at least 1")],
+    );
+    expect(
+        "too many key groups",
+        &GOOD.replace("parallelism = 2", "parallelism = 2\nkey_groups = 40000"),
+        &[(6, "`key_groups` in [job] must be at most 32768")],
+    );
+    expect(
+        "no key groups",
+        &GOOD.replace("parallelism = 2", "parallelism = 2\nkey_groups = 0"),
+        &[(6, "`key_groups` in [job] must be at least 1")],
     );
     expect(
         "an empty selection",

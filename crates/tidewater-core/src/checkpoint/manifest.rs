@@ -49,6 +49,10 @@ pub struct OperatorRecord {
     pub state_version: Option<u32>,
     /// Its parallelism.
     pub parallelism: usize,
+    /// Whether its state can be restored at another parallelism: keyed
+    /// state split by key group, or a sink that moves its writers' state.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rescalable: bool,
 }
 
 /// An operator record as stored. Manifests written before roles were
@@ -61,6 +65,8 @@ struct StoredOperatorRecord {
     kind: String,
     state_version: Option<u32>,
     parallelism: usize,
+    #[serde(default)]
+    rescalable: bool,
 }
 
 impl From<StoredOperatorRecord> for OperatorRecord {
@@ -79,6 +85,7 @@ impl From<StoredOperatorRecord> for OperatorRecord {
             kind,
             state_version: stored.state_version,
             parallelism: stored.parallelism,
+            rescalable: stored.rescalable,
         }
     }
 }
@@ -119,6 +126,10 @@ pub struct Manifest {
     /// manifests written before it was recorded (which used another one).
     #[serde(default)]
     pub partitioner: Option<PartitionerId>,
+    /// How many key groups keyed state is split into: fixed when the job
+    /// first starts. `None` in manifests written before key groups.
+    #[serde(default)]
+    pub key_groups: Option<u32>,
     /// Every operator of the pipeline.
     pub operators: Vec<OperatorRecord>,
     /// Every state blob.

@@ -79,12 +79,15 @@ pub fn check_compatible(
             ));
         }
         let keeps_subtask_state = new.role != Role::Source && new.state_version.is_some();
-        if keeps_subtask_state && old.parallelism != new.parallelism {
+        if keeps_subtask_state && old.parallelism != new.parallelism && !new.rescalable {
             let why = if new.role == Role::Sink {
                 "its writers carry unfinished output (open files) in the checkpoint, one per \
-                 subtask: resume with the old parallelism, or start a new job"
+                 subtask, and this sink cannot move it: resume with the old parallelism, or \
+                 start a new job"
             } else {
-                "rescaling keyed state is not supported yet"
+                "its state is one piece per subtask, not split by key (the operator's \
+                 Operator::state_keys is None): resume with the old parallelism, or make the \
+                 state one row per key and return its key columns from state_keys"
             };
             return Err(refuse(
                 &old.uid,
@@ -229,7 +232,13 @@ mod tests {
             kind: kind.into(),
             state_version: version,
             parallelism,
+            rescalable: false,
         }
+    }
+
+    fn rescalable(mut record: OperatorRecord) -> OperatorRecord {
+        record.rescalable = true;
+        record
     }
 
     #[test]
@@ -257,7 +266,9 @@ mod tests {
             Err(e) => panic!("unexpected error {e}"),
             Ok(_) => None,
         };
-        // Sources and sinks may rescale; keyed state may not.
+        // Sources and stateless sinks may rescale; state per subtask may
+        // not; keyed state split by key group and sinks that move their
+        // writers' state may.
         assert_eq!(
             refused_uid(&with(0, op("gen", "generator", Some(1), 4)), strict),
             None
@@ -270,6 +281,16 @@ mod tests {
             refused_uid(&with(1, op("agg", "aggregate", Some(1), 3)), strict),
             Some("agg".into())
         );
+        let keyed = rescalable(op("agg", "aggregate", Some(1), 3));
+        assert_eq!(refused_uid(&with(1, keyed), strict), None);
+        let err = check_compatible(
+            id,
+            &recorded,
+            &with(1, op("agg", "aggregate", Some(1), 3)),
+            strict,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("state_keys"), "{err}");
         // Another kind or state version under the same uid.
         assert_eq!(
             refused_uid(&with(1, op("agg", "dedup", Some(1), 2)), strict),
@@ -306,6 +327,8 @@ mod tests {
         let rescaled = vec![op("out", "parquet", Some(1), 3)];
         let err = check_compatible(id, &stateful_sink, &rescaled, strict).unwrap_err();
         assert!(err.to_string().contains("open files"), "{err}");
+        let moving = [rescalable(op("out", "parquet", Some(1), 3))];
+        assert!(check_compatible(id, &stateful_sink, &moving, strict).is_ok());
         // The same kind name as a source and as a sink is another operator.
         let mut as_source = op("out", "parquet", Some(1), 2);
         as_source.role = Role::Source;

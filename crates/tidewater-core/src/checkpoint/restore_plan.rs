@@ -205,6 +205,7 @@ mod tests {
             kind: kind.into(),
             state_version: Some(1),
             parallelism: 2,
+            rescalable: false,
         }
     }
 
@@ -235,6 +236,7 @@ mod tests {
             created_at_ms: 0,
             fingerprint: String::new(),
             partitioner: Some(partitioner()),
+            key_groups: Some(4096),
             operators: pipeline(),
             blobs: Vec::new(),
             commits: vec![handle(id)],

@@ -378,6 +378,7 @@ mod tests {
             created_at_ms: 0,
             fingerprint: String::new(),
             partitioner: None,
+            key_groups: None,
             operators: vec![],
             blobs: vec![],
             commits: vec![],

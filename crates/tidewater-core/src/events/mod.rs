@@ -26,13 +26,14 @@ pub use connection::ConnectionRetried;
 pub use job::{JobCompleted, JobFenced, JobRestarting, JobStarting};
 pub use operator::{OperatorMeter, PreAggregationPassesRowsOn};
 pub use restore::{
-    CheckpointFallback, CheckpointRestored, RestoreChange, SourceStartsOver, StartedFresh,
+    CheckpointFallback, CheckpointRestored, KeyGroupsKept, RestoreChange, SourceStartsOver,
+    StartedFresh, StateRescaled,
 };
 pub use sink::{CleanupFailed, RowDeadLettered, SinkCommitted, SinkReverted};
 pub use storage::{
-    DirectWriteRefused, FileAlreadyPublished, FileCommitted, FileFinished, FileResumed,
-    InputDeadLettered, LeftoverDeleted, PreparedCommitted, PreparedRolledBack, RecordDeadLettered,
-    SourcePlanned, StoreWithoutConditionalWrites,
+    CarriedFileAlreadyPublished, DirectWriteRefused, FileAlreadyPublished, FileCommitted,
+    FileFinished, FileResumed, InputDeadLettered, LeftoverDeleted, PreparedCommitted,
+    PreparedRolledBack, RecordDeadLettered, SourcePlanned, StoreWithoutConditionalWrites,
 };
 pub use throttle::{ReplicaLagRead, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
 

@@ -108,3 +108,57 @@ impl InternalEvent for SourceStartsOver<'_> {
         );
     }
 }
+
+/// An operator's or a sink's state, taken at one parallelism, was handed
+/// to the subtasks of another.
+#[derive(Debug)]
+pub struct StateRescaled<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The operator or sink.
+    pub uid: &'a str,
+    /// The parallelism the state was taken at.
+    pub from: usize,
+    /// The parallelism it was handed to.
+    pub to: usize,
+    /// The job's key groups.
+    pub key_groups: u32,
+}
+
+impl InternalEvent for StateRescaled<'_> {
+    fn emit(self) {
+        info!(
+            job = self.job,
+            uid = self.uid,
+            from = self.from,
+            to = self.to,
+            key_groups = self.key_groups,
+            "state split among the subtasks of a new parallelism"
+        );
+        counter!("tidewater_state_rescales_total", "job" => self.job.to_string()).increment(1);
+    }
+}
+
+/// The job resumes with the key group count of its checkpoints, not the
+/// one configured: the count is fixed when a job first starts.
+#[derive(Debug)]
+pub struct KeyGroupsKept<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The count in the checkpoint.
+    pub kept: u32,
+    /// The count configured.
+    pub configured: u32,
+}
+
+impl InternalEvent for KeyGroupsKept<'_> {
+    fn emit(self) {
+        warn!(
+            job = self.job,
+            kept = self.kept,
+            configured = self.configured,
+            "the job keeps the key group count of its checkpoints (fixed when it first started); \
+             the configured count applies to a new job only"
+        );
+    }
+}

@@ -258,3 +258,22 @@ impl InternalEvent for PreparedCommitted<'_> {
         debug!(gid = self.gid, "committed");
     }
 }
+
+/// A restored Parquet writer's open file is published already: a restore of
+/// the same checkpoint at another parallelism finished it. The writer
+/// carries nothing on.
+#[derive(Debug)]
+pub struct CarriedFileAlreadyPublished<'a> {
+    /// The file.
+    pub file: &'a str,
+}
+
+impl InternalEvent for CarriedFileAlreadyPublished<'_> {
+    fn emit(self) {
+        info!(
+            file = self.file,
+            "the open file of the restored checkpoint was finished by an earlier restore at \
+             another parallelism; starting a new one"
+        );
+    }
+}

@@ -28,6 +28,7 @@ pub struct JobConfig {
     pub(crate) interval: Option<Duration>,
     pub(crate) every_rows: Option<u64>,
     pub(crate) retain: usize,
+    pub(crate) key_groups: u32,
     pub(crate) channel_capacity: usize,
     pub(crate) restore: RestoreOptions,
     pub(crate) max_restarts: u32,
@@ -65,6 +66,7 @@ impl JobConfig {
             interval: Some(Duration::from_secs(10)),
             every_rows: None,
             retain: 3,
+            key_groups: crate::partition::DEFAULT_KEY_GROUPS,
             channel_capacity: 4,
             restore: RestoreOptions::default(),
             max_restarts: 3,
@@ -103,6 +105,18 @@ impl JobConfig {
                 .push("checkpoint_every_rows is 0: give a row count above zero, or None".into());
         }
         self.every_rows = rows.filter(|r| *r > 0);
+        self
+    }
+
+    /// How many key groups keyed state is split into when the job first
+    /// starts (default 4096, at most 32768): the most subtasks a keyed
+    /// operator can ever run. A job that resumes keeps the count in its
+    /// checkpoints; a different one here is then ignored, with a warning.
+    pub fn key_groups(mut self, count: u32) -> Self {
+        if let Err(e) = crate::partition::check_key_groups(count, 1) {
+            self.refused.push(e.to_string());
+        }
+        self.key_groups = count;
         self
     }
 

@@ -79,6 +79,8 @@ pub(crate) struct Coordinator {
     pub task_count: usize,
     pub trigger: Trigger,
     pub retain: usize,
+    /// The job's key groups, recorded in every manifest.
+    pub key_groups: u32,
     pub next_id: CheckpointId,
     pub rows_before_run: u64,
     pub progress: Arc<Progress>,
@@ -333,6 +335,7 @@ impl Coordinator {
                 created_at_ms,
                 fingerprint: self.fingerprint.clone(),
                 partitioner: Some(crate::partition::partitioner()),
+                key_groups: Some(self.key_groups),
                 operators: self.operators.clone(),
                 blobs: Vec::new(),
                 commits: Vec::new(),

@@ -19,15 +19,23 @@ pub(crate) fn describe(
         .iter()
         .enumerate()
         .map(|(id, node)| {
-            let (role, kind, state_version) = match &node.body {
-                NodeBody::Source(source) => (Role::Source, source.kind().to_string(), Some(1)),
-                NodeBody::Sink(sink) => (Role::Sink, sink.kind().to_string(), sink.state_version()),
+            let (role, kind, state_version, rescalable) = match &node.body {
+                NodeBody::Source(source) => {
+                    (Role::Source, source.kind().to_string(), Some(1), true)
+                }
+                NodeBody::Sink(sink) => (
+                    Role::Sink,
+                    sink.kind().to_string(),
+                    sink.state_version(),
+                    sink.rescales(),
+                ),
                 NodeBody::Operator(_) => {
                     let first = &operators[&id][0];
                     (
                         Role::Operator,
                         first.kind().to_string(),
                         first.state_version(),
+                        first.state_keys().is_some(),
                     )
                 }
             };
@@ -37,13 +45,16 @@ pub(crate) fn describe(
                 kind,
                 state_version,
                 parallelism: job.parallelism[id],
+                rescalable,
             }
         })
         .collect()
 }
 
-/// An operator whose state depends on where the partitioner sends each key:
-/// a stateful one reading a hash-partitioned input over several subtasks.
+/// An operator whose state depends on where the partitioner sent each key:
+/// a stateful one reading a hash-partitioned input over several subtasks,
+/// whose state is not split by key on restore (that is done with this
+/// build's partitioner, wherever the keys were before).
 pub(crate) fn keyed_operator<'a>(job: &Job, records: &'a [OperatorRecord]) -> Option<&'a str> {
     job.nodes
         .iter()
@@ -51,6 +62,7 @@ pub(crate) fn keyed_operator<'a>(job: &Job, records: &'a [OperatorRecord]) -> Op
         .enumerate()
         .find(|(id, (node, record))| {
             record.state_version.is_some()
+                && !record.rescalable
                 && job.parallelism[*id] > 1
                 && node
                     .inputs

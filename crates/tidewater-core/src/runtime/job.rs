@@ -11,11 +11,14 @@ use super::coordinator::{Coordinator, Ending, Trigger};
 use super::describe::{describe, fingerprint, keyed_operator};
 use super::handle::{JobControl, JobHandle, Outcome, Stop, Summary};
 use super::progress::Progress;
+use super::rescale::{Rescale, rescale, state_keys};
 use super::restore::{RestoreResult, restore};
 use super::wiring::{Setup, context, wire};
 use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
-use crate::events::{InternalEvent, JobCompleted, JobFenced, JobRestarting, JobStarting};
+use crate::events::{
+    InternalEvent, JobCompleted, JobFenced, JobRestarting, JobStarting, KeyGroupsKept,
+};
 use crate::ids::CheckpointId;
 use crate::operator::Operator;
 use crate::pipeline::graph::{ChainPlan, Node, NodeBody};
@@ -184,7 +187,7 @@ async fn run_once(
         .collect();
 
     let keyed = keyed_operator(job, &records);
-    let restored = match restore(&store, &records, &sinks, config.restore, keyed).await? {
+    let mut restored = match restore(&store, &records, &sinks, config.restore, keyed).await? {
         RestoreResult::AlreadyComplete(checkpoint) => {
             JobCompleted::AlreadyComplete {
                 job: &job.name,
@@ -195,6 +198,25 @@ async fn run_once(
         }
         RestoreResult::Run(restored) => restored,
     };
+    // The key group count is the job's for good once a checkpoint has it.
+    let key_groups = restored.key_groups.unwrap_or(config.key_groups);
+    if key_groups != config.key_groups {
+        KeyGroupsKept {
+            job: &job.name,
+            kept: key_groups,
+            configured: config.key_groups,
+        }
+        .emit();
+    }
+    // Before the sinks clean up: a sink that moves its writers' state may
+    // need the staged work that state refers to.
+    let plan = Rescale {
+        job,
+        state_keys: state_keys(&operators),
+        epoch,
+        key_groups,
+    };
+    rescale(plan, &mut restored).await?;
     for (uid, sink) in &sinks {
         sink.abort_uncommitted(&job.name, uid)
             .await
@@ -214,6 +236,7 @@ async fn run_once(
         progress: progress.clone(),
         sinks: &sinks,
         epoch,
+        key_groups,
     };
     let wiring = wire(&setup, operators).await?;
     let coordinator = Coordinator {
@@ -231,6 +254,7 @@ async fn run_once(
             every_rows: config.every_rows,
         },
         retain: config.retain,
+        key_groups,
         next_id: restored.next_id,
         rows_before_run: restored.rows_read,
         progress: progress.clone(),

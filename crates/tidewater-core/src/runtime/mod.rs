@@ -11,6 +11,7 @@ mod job;
 pub(crate) mod message;
 mod output;
 mod progress;
+mod rescale;
 mod restore;
 mod task;
 mod wiring;

@@ -5,7 +5,7 @@ use tokio::sync::mpsc::Sender;
 
 use super::message::Message;
 use crate::error::{Error, Result};
-use crate::partition::partition_batch;
+use crate::partition::{KeyGroups, partition_batch};
 use crate::pipeline::Partitioning;
 
 /// One outgoing edge of a task.
@@ -17,6 +17,8 @@ pub(crate) enum Route {
     },
     Hash {
         senders: Vec<Sender<Message>>,
+        /// Which sender owns each key group.
+        groups: KeyGroups,
         columns: Vec<String>,
         /// Key column positions, resolved on the first batch.
         indices: Option<Vec<usize>>,
@@ -49,25 +51,28 @@ fn resolve(
 
 impl Route {
     /// A route to `senders` for this task's `subtask`: one sender per
-    /// downstream subtask, or the single peer of a forward edge.
+    /// downstream subtask, or the single peer of a forward edge. A hash
+    /// route spreads the job's `key_groups` over its senders.
     pub fn new(
         partitioning: &Partitioning,
         mut senders: Vec<Sender<Message>>,
         subtask: usize,
-    ) -> Self {
-        match partitioning {
+        key_groups: u32,
+    ) -> Result<Self> {
+        Ok(match partitioning {
             Partitioning::Forward => Route::Forward(senders.swap_remove(subtask)),
             Partitioning::Rebalance => Route::Rebalance {
                 senders,
                 next: subtask,
             },
             Partitioning::Hash(columns) => Route::Hash {
+                groups: KeyGroups::new(key_groups, senders.len())?,
                 senders,
                 columns: columns.clone(),
                 indices: None,
                 scratch: Vec::new(),
             },
-        }
+        })
     }
 
     fn senders(&self) -> &[Sender<Message>] {
@@ -90,6 +95,7 @@ impl Route {
             }
             Route::Hash {
                 senders,
+                groups,
                 columns,
                 indices,
                 scratch,
@@ -100,7 +106,7 @@ impl Route {
                 let parts = partition_batch(
                     &batch,
                     indices.as_deref().unwrap_or_default(),
-                    senders.len(),
+                    groups,
                     scratch,
                 )?;
                 for (part, sender) in parts.into_iter().zip(senders.iter()) {

@@ -39,12 +39,19 @@ pub(crate) struct Restored {
     pub next_id: CheckpointId,
     /// Checkpoints passed over as unusable, with why.
     pub fallbacks: Vec<(CheckpointId, String)>,
+    /// The restored checkpoint's key group count (`None` for a fresh start
+    /// or a manifest from before key groups).
+    pub key_groups: Option<u32>,
+    /// The restored checkpoint's partitioner.
+    pub partitioner: Option<crate::partition::PartitionerId>,
+    /// The parallelism of each operator in the restored checkpoint.
+    pub parallelism: HashMap<String, usize>,
 }
 
 /// What restore found.
 pub(crate) enum RestoreResult {
     /// Start (or resume) the job from this state.
-    Run(Restored),
+    Run(Box<Restored>),
     /// The job completed earlier, at this checkpoint.
     AlreadyComplete(CheckpointId),
 }
@@ -144,11 +151,11 @@ pub(crate) async fn restore(
                 after_fallbacks: !plan.fallbacks.is_empty(),
             }
             .emit();
-            Ok(RestoreResult::Run(Restored {
+            Ok(RestoreResult::Run(Box::new(Restored {
                 next_id: plan.next_id,
                 fallbacks: plan.fallbacks,
                 ..Restored::default()
-            }))
+            })))
         }
         Start::Resume(checkpoint) => {
             // The plan resumes from the one checkpoint whose blobs were read whole.
@@ -163,7 +170,7 @@ pub(crate) async fn restore(
                 rows_read: restored.rows_read,
             }
             .emit();
-            Ok(RestoreResult::Run(restored))
+            Ok(RestoreResult::Run(Box::new(restored)))
         }
     }
 }
@@ -173,6 +180,13 @@ pub(crate) async fn restore(
 async fn load_state(store: &StateStore, manifest: &Manifest) -> Result<Restored> {
     let mut restored = Restored {
         rows_read: manifest.rows_read,
+        key_groups: manifest.key_groups,
+        partitioner: manifest.partitioner.clone(),
+        parallelism: manifest
+            .operators
+            .iter()
+            .map(|o| (o.uid.clone(), o.parallelism))
+            .collect(),
         ..Restored::default()
     };
     let sources: Vec<&str> = manifest

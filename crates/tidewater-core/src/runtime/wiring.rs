@@ -53,6 +53,8 @@ pub(crate) struct Setup<'a> {
     pub(crate) progress: Arc<Progress>,
     pub(crate) sinks: &'a HashMap<String, Arc<dyn Sink>>,
     pub(crate) epoch: Epoch,
+    /// The job's key groups (its manifest's, or the configured count).
+    pub(crate) key_groups: u32,
 }
 
 /// Creates the channels between chains and spawns one task per chain subtask.
@@ -67,6 +69,7 @@ pub(crate) async fn wire(
         restored,
         sinks,
         epoch,
+        key_groups,
         ..
     } = *setup;
     let progress = setup.progress.clone();
@@ -90,7 +93,7 @@ pub(crate) async fn wire(
                     // Subtask i feeds subtask i only.
                     let (tx, rx) = mpsc::channel(config.channel_capacity);
                     receivers[down][up_subtask].push(rx);
-                    Route::new(partitioning, vec![tx], 0)
+                    Route::new(partitioning, vec![tx], 0, key_groups)?
                 } else {
                     let mut senders = Vec::with_capacity(chain.parallelism);
                     for inbox in receivers[down].iter_mut() {
@@ -98,7 +101,7 @@ pub(crate) async fn wire(
                         inbox.push(rx);
                         senders.push(tx);
                     }
-                    Route::new(partitioning, senders, up_subtask)
+                    Route::new(partitioning, senders, up_subtask, key_groups)?
                 };
                 up_routes.push(route);
             }

@@ -45,6 +45,10 @@ pub(crate) struct LocalAggregateOperator {
     min_rows_per_group: f64,
     /// Set once pre-aggregation stopped paying: rows go on as partials.
     passing_through: bool,
+    /// Partial groups restored from a checkpoint, handed on before the
+    /// first batch. They are not aggregated into the table: after a rescale
+    /// one subtask may restore the same key from several old subtasks.
+    restored: Option<RecordBatch>,
 }
 
 impl LocalAggregateOperator {
@@ -73,6 +77,7 @@ impl LocalAggregateOperator {
             max_bytes: MAX_BYTES,
             min_rows_per_group: MIN_ROWS_PER_GROUP,
             passing_through: false,
+            restored: None,
         })
     }
 
@@ -88,6 +93,9 @@ impl Operator for LocalAggregateOperator {
     }
 
     fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        if let Some(partials) = self.restored.take() {
+            out.emit(partials);
+        }
         if self.passing_through {
             out.emit(self.groups.partial_rows(&batch)?);
             return Ok(());
@@ -114,6 +122,11 @@ impl Operator for LocalAggregateOperator {
     }
 
     fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        // Not handed on yet, so no batch came since the restore: the table
+        // is empty, and the restored partials are all there is.
+        if let Some(partials) = &self.restored {
+            return Ok(Some(partials.clone()));
+        }
         // Passing rows on, it holds no groups: nothing to write.
         if self.groups.group_count() == 0 {
             return Ok(None);
@@ -121,15 +134,26 @@ impl Operator for LocalAggregateOperator {
         self.groups.snapshot()
     }
 
+    /// Partial groups, one row each: split by key group on a rescale like
+    /// any keyed state (where they land does not matter, as long as each
+    /// lands once: the merge downstream combines them).
+    fn state_keys(&self) -> Option<Vec<String>> {
+        self.groups.state_keys()
+    }
+
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
-        // Restored before any batch: the first batch aggregates into the
-        // restored groups, which go on with the next flush (at once for an
-        // operator that passes rows on from the start).
+        // Restored before any batch: the partials go on with the first
+        // batch (or at the end); the merge downstream combines them with
+        // whatever else holds the same keys.
         self.rows_since_flush = 0;
-        self.groups.restore(state)
+        self.restored = Some(state);
+        Ok(())
     }
 
     fn finish(&mut self, out: &mut Collector) -> Result<()> {
+        if let Some(partials) = self.restored.take() {
+            out.emit(partials);
+        }
         self.flush(out)
     }
 }

@@ -19,8 +19,10 @@ use async_trait::async_trait;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use serde::{Deserialize, Serialize};
+use tidewater_core::events::{CarriedFileAlreadyPublished, InternalEvent};
 use tidewater_core::{
-    CommitHandle, Error, Result, Sink, SinkWriter, StoreLocation, TaskContext, open_location,
+    CheckpointId, CommitHandle, Error, Result, Sink, SinkWriter, StoreLocation, TaskContext,
+    open_location,
 };
 
 use self::state::{STATE_VERSION, WriterState};
@@ -160,6 +162,20 @@ impl ParquetSink {
         self
     }
 
+    /// Drops what a restored writer carries when its file is published
+    /// already (a rescale of the same checkpoint closed it); says whether.
+    async fn forget_if_published(&self, writer: &mut ParquetSinkWriter) -> Result<bool> {
+        let Some(file) = writer.carried_file() else {
+            return Ok(false);
+        };
+        if !self.uploader.exists(&file).await? {
+            return Ok(false);
+        }
+        CarriedFileAlreadyPublished { file: &file }.emit();
+        writer.forget_carried();
+        Ok(true)
+    }
+
     fn writer(&self, ctx: &TaskContext) -> Result<ParquetSinkWriter> {
         if self.options.part_bytes < upload::MIN_PART_BYTES {
             return Err(Error::InvalidPipeline(format!(
@@ -240,9 +256,59 @@ impl Sink for ParquetSink {
             .map_err(|e| Error::Corrupt(format!("parquet sink '{}': {e}", ctx.uid)))?;
         let mut writer = self.writer(ctx)?;
         writer.restore(state)?;
-        writer.take_over_upload().await?;
+        if !self.forget_if_published(&mut writer).await? {
+            writer.take_over_upload().await?;
+        }
         writer.discard_unreferenced_parts().await?;
         Ok(Box::new(writer))
+    }
+
+    fn rescales(&self) -> bool {
+        true
+    }
+
+    /// Each old writer's open file (and rows waiting for one) is finished
+    /// and published under its own name, as if its input had ended: those
+    /// rows are before the restored checkpoint, so no run writes them again.
+    /// A restore of the same checkpoint finds the file published and skips
+    /// it, at either parallelism. Every new writer then numbers its files
+    /// past every number an old writer used, so that a subtask index that
+    /// comes back after a scale-down never reuses a name.
+    async fn rescale(
+        &self,
+        ctx: &TaskContext,
+        checkpoint: CheckpointId,
+        states: Vec<Option<RecordBatch>>,
+    ) -> Result<Vec<Option<RecordBatch>>> {
+        let mut next_seq = 0;
+        for (subtask, state) in states.into_iter().enumerate() {
+            let Some(state) = state else { continue };
+            let state = WriterState::decode(&state)
+                .map_err(|e| Error::Corrupt(format!("parquet sink '{}': {e}", ctx.uid)))?;
+            let old = TaskContext {
+                subtask,
+                ..ctx.clone()
+            };
+            let mut writer = self.writer(&old)?;
+            writer.restore(state)?;
+            if writer.carried_file().is_some() && !self.forget_if_published(&mut writer).await? {
+                writer.take_over_upload().await?;
+                writer.finish().await?;
+                if let Some(payload) = writer.pre_commit(checkpoint).await? {
+                    let handle = CommitHandle {
+                        uid: ctx.uid.to_string(),
+                        subtask,
+                        checkpoint,
+                        payload,
+                    };
+                    self.commit(&handle).await?;
+                }
+            }
+            next_seq = next_seq.max(writer.next_seq());
+        }
+        (0..ctx.parallelism)
+            .map(|_| WriterState::fresh(next_seq).encode().map(Some))
+            .collect()
     }
 
     async fn commit(&self, handle: &CommitHandle) -> Result<()> {

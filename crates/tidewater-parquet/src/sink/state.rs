@@ -63,6 +63,20 @@ fn layout() -> SchemaRef {
 }
 
 impl WriterState {
+    /// A writer that carries nothing and names its next file `next_seq`.
+    pub fn fresh(next_seq: u64) -> Self {
+        WriterState {
+            meta: WriterMeta {
+                next_seq,
+                open: None,
+            },
+            row_groups: Vec::new(),
+            tail: Vec::new(),
+            schema: None,
+            rows: Vec::new(),
+        }
+    }
+
     /// Encodes the state as a one-row batch.
     pub fn encode(&self) -> Result<RecordBatch> {
         let meta = serde_json::to_string(&self.meta)

@@ -229,6 +229,20 @@ impl Uploader {
 
     /// Makes `file` visible with the content of its parts. Idempotent: a file
     /// already completed stays as it is.
+    /// Whether `file` (relative to the root) is published.
+    pub async fn exists(&self, file: &str) -> Result<bool> {
+        let path = self.path(file);
+        match self.store.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(source) => Err(Error::Storage {
+                action: "look for a published file",
+                path: path.to_string(),
+                source,
+            }),
+        }
+    }
+
     pub async fn complete(&self, file: &str, parts: &Parts) -> Result<()> {
         let path = self.path(file);
         match parts {

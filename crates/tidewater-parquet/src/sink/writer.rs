@@ -135,6 +135,32 @@ impl ParquetSinkWriter {
         Ok(())
     }
 
+    /// The file the rows this writer carries (an open file, or rows
+    /// waiting for one) are published as, if it carries any.
+    pub fn carried_file(&self) -> Option<String> {
+        match &self.open {
+            Some(open) => Some(self.file_name(open.seq)),
+            None if self.buffered_rows > 0 => Some(self.file_name(self.next_seq)),
+            None => None,
+        }
+    }
+
+    /// Drops what the writer carries, which [`carried_file`](Self::carried_file)
+    /// shows was published whole already: a rescale closed it (see
+    /// `ParquetSink::rescale`), and the same checkpoint is restored again.
+    pub fn forget_carried(&mut self) {
+        let used = self.open.take().map_or(self.next_seq, |open| open.seq);
+        self.next_seq = self.next_seq.max(used + 1);
+        self.buffer.clear();
+        self.buffered_rows = 0;
+        self.pending_since_ms = None;
+    }
+
+    /// The sequence number the next file of this writer takes.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// Moves a multipart file resumed from the checkpoint into an upload of
     /// this run's own (see [`Uploader::take_over`]): its parts so far are read
     /// back, put in front of the checkpoint's tail, and uploaded again as

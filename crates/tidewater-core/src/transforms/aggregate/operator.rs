@@ -337,6 +337,11 @@ impl Operator for AggregateOperator {
         self.output()
     }
 
+    /// One row per group, the keys first under their own names.
+    fn state_keys(&self) -> Option<Vec<String>> {
+        Some(self.keys.clone())
+    }
+
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
         self.restore_state(state)
     }
