@@ -20,15 +20,10 @@ if [[ ! -x $venv/bin/schemathesis ]]; then
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
 fi
 
-cargo build --quiet -p tidewater-cli --bin tidewater
-bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/tidewater"
-work="$(mktemp -d)"
+source scripts/lib.sh
+bin="$(tidewater_binary)"
+scratch_with_cleanup
 port="${TIDEWATER_API_CHECK_PORT:-54371}"
-cleanup() {
-  [[ -n ${pid:-} ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 (cd "$work" && exec "$bin" serve --store "sqlite://$work/jobs.sqlite" \
   --http "127.0.0.1:$port") >"$work/serve.log" 2>&1 &

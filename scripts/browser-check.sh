@@ -27,19 +27,14 @@ if [[ ! -d $cache/node_modules/playwright-core ]]; then
     --prefix "$cache" "playwright-core@$playwright"
 fi
 
-cargo build --quiet -p tidewater-cli --bin tidewater
-bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/tidewater"
+source scripts/lib.sh
+bin="$(tidewater_binary)"
 artifacts="${TIDEWATER_ARTIFACTS:-$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/artifacts}/dashboard"
 mkdir -p "$artifacts"
 rm -f "$artifacts"/*.png
-work="$(mktemp -d)"
+scratch_with_cleanup
 port="${TIDEWATER_BROWSER_CHECK_PORT:-54372}"
 token="dashboard-check-$(date +%s%N)"
-cleanup() {
-  [[ -n ${pid:-} ]] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
 
 # First a job that fails (its error budget of 10 bad rows runs out), so the
 # store has an error for the page to show; then the job the test watches.

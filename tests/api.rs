@@ -341,6 +341,49 @@ async fn state_not_declared_keyed_refuses_a_new_parallelism_and_says_how_to_allo
     assert_numbering(&sink.committed());
 }
 
+/// Rewrites every manifest under `dir` as a build from before key groups
+/// wrote it: partitioner version 1, no key group count.
+fn as_if_written_before_key_groups(dir: &std::path::Path) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            as_if_written_before_key_groups(&path);
+        } else if path.file_name().is_some_and(|n| n == "_MANIFEST.json") {
+            let mut manifest: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+            manifest["partitioner"]["version"] = 1.into();
+            manifest.as_object_mut().unwrap().remove("key_groups");
+            std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_state_from_an_older_partitioner_is_split_again_or_refused_if_undeclared() {
+    // The resumed job routes keys over 3 key groups, not the 4096 the state
+    // was placed by: only state split again by key reaches the right subtasks.
+    for keyed in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let location = open_location(dir.path().to_str().unwrap()).unwrap();
+        let sink = MemorySink::default();
+        let config = memory_config(&location, 10);
+        cancel_after_two_checkpoints(numbering_job_at(&sink, 2, keyed), config).await;
+        as_if_written_before_key_groups(dir.path());
+        let config = memory_config(&location, 10).key_groups(3);
+        let resumed = numbering_job_at(&sink, 2, keyed).run(config).await;
+        if keyed {
+            assert!(matches!(resumed, Ok(Outcome::Completed(_))), "{resumed:?}");
+            assert_numbering(&sink.committed());
+        } else {
+            let refused = resumed.unwrap_err().to_string();
+            assert!(
+                refused.contains("'number'") && refused.contains("xxh3-64 version 1"),
+                "{refused}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_discard_stops_without_a_savepoint_and_resumes_from_the_last_checkpoint() {
     let location = open_location("memory://").unwrap();

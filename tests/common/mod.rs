@@ -21,7 +21,10 @@ pub fn backfill_binary() -> PathBuf {
 
 /// An example, built once per test binary with the test's own profile, so a
 /// test never runs a stale example (`cargo test --test X` alone does not
-/// rebuild examples).
+/// rebuild examples). Built with the selection of the suite's `cargo test
+/// --workspace --all-features`, whose example it then is: a narrower
+/// `cargo build --example` resolves other features and compiles most
+/// dependencies again.
 pub fn example_binary(name: &'static str) -> PathBuf {
     static BUILT: std::sync::Mutex<Vec<(&'static str, PathBuf)>> =
         std::sync::Mutex::new(Vec::new());
@@ -41,7 +44,14 @@ pub fn example_binary(name: &'static str) -> PathBuf {
             .unwrap_or("debug");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut build = Command::new(cargo);
-        build.args(["build", "--quiet", "--example", name]);
+        build.args([
+            "build",
+            "--quiet",
+            "--workspace",
+            "--all-features",
+            "--example",
+            name,
+        ]);
         match profile {
             "debug" => {}
             "release" => {
