@@ -6,8 +6,9 @@
 //! cargo run --release --example dedup
 //! ```
 //!
-//! The example runs the job, cancels it half-way (a savepoint), resumes it,
-//! and checks that every key came out exactly once.
+//! The example runs the job at parallelism 2, cancels it half-way (a
+//! savepoint), resumes it at parallelism 3 (each subtask restores the keys
+//! it now receives), and checks that every key came out exactly once.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -17,7 +18,7 @@ use arrow::array::{AsArray, BooleanArray, Int64Array, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use tidewater::prelude::*;
-use tidewater::{Error, state};
+use tidewater::{Error, RateLimit, state};
 
 /// Emits only the first row seen for each value of `k`.
 #[derive(Default)]
@@ -75,10 +76,13 @@ impl Operator for FirstPerKey {
 const ROWS: u64 = 2_000_000;
 const KEYS: u64 = 50_000;
 
-fn build(out: &str) -> Result<Job> {
-    let pipeline = Pipeline::new("dedup").with_parallelism(2);
+fn build(out: &str, parallelism: usize) -> Result<Job> {
+    let pipeline = Pipeline::new("dedup").with_parallelism(parallelism);
     pipeline
         .source("generator", GeneratorSource::new(ROWS, KEYS))
+        // Half the rows at once, the rest over a second: the cancel below
+        // lands before the end.
+        .throttle(RateLimit::new(ROWS as f64 / 2.0))
         .key_by(["k"]) // every row of a key reaches the same subtask, and so the same set
         .transform("first-per-key", |_ctx| Ok(FirstPerKey::default()))
         .sink("parquet", ParquetSink::open(out)?);
@@ -98,17 +102,25 @@ async fn main() -> anyhow::Result<()> {
     };
 
     // Run, and cancel once a checkpoint exists: the job takes a savepoint.
-    let handle = build(out)?.start(config()?);
+    let handle = build(out, 2)?.start(config()?);
     while handle.progress().checkpoints == 0 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     handle.cancel();
-    println!("first run: {:?}", short(&handle.join().await?));
+    let first = handle.join().await?;
+    println!("first run: {:?}", short(&first));
+    anyhow::ensure!(
+        matches!(first, Outcome::Cancelled { .. }),
+        "the first run should have been cancelled half-way"
+    );
 
-    // Same state: resumes from the savepoint, with the seen keys restored.
-    println!(
-        "second run: {:?}",
-        short(&build(out)?.run(config()?).await?)
+    // Same state, one more subtask: resumes from the savepoint, the seen
+    // keys split among the three subtasks by key group.
+    let second = build(out, 3)?.run(config()?).await?;
+    println!("second run: {:?}", short(&second));
+    anyhow::ensure!(
+        matches!(second, Outcome::Completed(ref s) if s.restored_from.is_some()),
+        "the second run should have resumed and completed"
     );
 
     let mut keys = Vec::new();

@@ -476,6 +476,14 @@ fn checkpoints_list_and_inspect_a_state_folder() {
     }
     assert!(shown.contains("commit handle"), "{shown}");
     assert!(!shown.contains("BAD"), "{shown}");
+    // What a resume at another parallelism may do with it.
+    assert!(shown.contains(", 4096 key groups"), "{shown}");
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.contains("per_key (Operator") && l.ends_with(", rescalable)")),
+        "{shown}"
+    );
 }
 
 #[test]

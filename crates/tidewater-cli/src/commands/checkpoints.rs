@@ -153,7 +153,7 @@ async fn inspect(state: &str, id: CheckpointId, job: Option<String>) -> anyhow::
         format!("reading checkpoint {id} of job {job}; `tidewater checkpoints list {state}` shows which exist")
     })?;
     println!(
-        "checkpoint {} of job {job}: {:?}, epoch {}, {} rows read, partitioner {}",
+        "checkpoint {} of job {job}: {:?}, epoch {}, {} rows read, partitioner {}, {}",
         m.checkpoint.0,
         m.kind,
         m.epoch.0,
@@ -163,18 +163,27 @@ async fn inspect(state: &str, id: CheckpointId, job: Option<String>) -> anyhow::
             .map_or("none recorded".to_string(), |p| format!(
                 "{} v{}",
                 p.name, p.version
-            ))
+            )),
+        m.key_groups.map_or(
+            "key groups not recorded (the default applies on resume)".to_string(),
+            |g| format!("{g} key groups")
+        )
     );
     let mut bad = 0;
     for op in &m.operators {
         println!(
-            "  {} ({:?}, kind {}, state version {}, parallelism {})",
+            "  {} ({:?}, kind {}, state version {}, parallelism {}{})",
             op.uid,
             op.role,
             op.kind,
             op.state_version
                 .map_or("none".to_string(), |v| v.to_string()),
-            op.parallelism
+            op.parallelism,
+            if op.rescalable && op.state_version.is_some() {
+                ", rescalable"
+            } else {
+                ""
+            }
         );
         for blob in m.blobs.iter().filter(|b| b.uid == op.uid) {
             let (status, state) = match store.read_blob(id, blob).await {
