@@ -95,6 +95,23 @@ const COLUMNS: &str = "id, name, state_url, state, spec, spec_path, idempotency_
     exposure_ms, throttle, error_code, error_message, error_retryable, lease_host, lease_pid, \
     lease_acquired_ms, lease_expires_ms, epoch, discard, created_ms, updated_ms";
 
+/// Whether every migration of `migrator` is recorded as applied, read
+/// without the migrator's lock. Any failure (no table yet) means no.
+async fn migrated(pool: &AnyPool, migrator: &Migrator) -> bool {
+    let text = format!("SELECT version FROM {} WHERE success", migrator.table_name);
+    let Ok(applied) = sqlx::query_scalar::<_, i64>(AssertSqlSafe(text))
+        .fetch_all(pool)
+        .await
+    else {
+        return false;
+    };
+    migrator
+        .migrations
+        .iter()
+        .filter(|m| !m.migration_type.is_down_migration())
+        .all(|m| applied.contains(&m.version))
+}
+
 fn query_error(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Query { what, source }
 }
@@ -152,6 +169,13 @@ impl SqlStore {
             table_name: Cow::Borrowed("tidewater_jobs_migrations"),
             ..Migrator::DEFAULT
         };
+        // A store already migrated is not migrated again: on PostgreSQL the
+        // migrator takes a session advisory lock, and a worker paused while
+        // holding it (SIGSTOP, a frozen VM) would block every other
+        // process's open, `tidewater status` included, until it woke.
+        if migrated(&pool, &migrator).await {
+            return Ok(SqlStore { pool, dialect });
+        }
         // Processes opening a new store at once race to migrate it (SQLite
         // takes no migration lock): the loser finds the work done on a retry.
         let mut attempt = 0;
