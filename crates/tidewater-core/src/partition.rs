@@ -157,6 +157,13 @@ pub fn check_key_groups(count: u32, parallelism: usize) -> Result<()> {
     Ok(())
 }
 
+/// The key group count a run uses: the one its checkpoint recorded (fixed
+/// once a checkpoint has it: another count would move keys between
+/// groups), else the configured one.
+pub fn key_groups_for_run(recorded: Option<u32>, configured: u32) -> u32 {
+    recorded.unwrap_or(configured)
+}
+
 /// The partitioner this build uses.
 ///
 /// ```
@@ -439,6 +446,19 @@ pub(crate) fn take_parts(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_recorded_key_group_count_wins_over_the_configured_one() {
+        for (recorded, configured, used) in [
+            (None, 4096, 4096),
+            (Some(4096), 4096, 4096),
+            (Some(128), 4096, 128),
+            (Some(4096), 3, 4096),
+        ] {
+            assert_eq!(key_groups_for_run(recorded, configured), used);
+        }
+    }
+
     use arrow::array::{Int64Array, StringArray};
 
     use super::*;

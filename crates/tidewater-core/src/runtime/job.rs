@@ -198,8 +198,7 @@ async fn run_once(
         }
         RestoreResult::Run(restored) => restored,
     };
-    // The key group count is the job's for good once a checkpoint has it.
-    let key_groups = restored.key_groups.unwrap_or(config.key_groups);
+    let key_groups = crate::partition::key_groups_for_run(restored.key_groups, config.key_groups);
     if key_groups != config.key_groups {
         KeyGroupsKept {
             job: &job.name,
