@@ -1346,6 +1346,58 @@ create = "CREATE TABLE IF NOT EXISTS {dst} (id bigint, k bigint, v double precis
     )
 }
 
+/// A process stopped while it migrates a new PostgreSQL job store (here
+/// stalled by a failpoint at that instant: a SIGSTOP aimed there would
+/// rarely land in its few milliseconds) holds the migration lock. The
+/// server ends its idle transaction, so the next process opens the store
+/// instead of waiting for the first to wake (a fencing trial once hung for
+/// 23 minutes on this).
+#[test]
+fn a_process_stalled_while_migrating_a_new_store_blocks_no_other() {
+    use std::io::BufRead;
+    let Some(db) = common::Db::fresh("tw_cli_stalled_migration") else {
+        return;
+    };
+    let status = || {
+        let mut command = tidewater();
+        command
+            .args(["status", "nope", "--json", "--store", &db.url])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+    let mut stalled = status()
+        .env("TIDEWATER_FAILPOINT", "store-mid-migration@0")
+        .spawn()
+        .unwrap();
+    let said = std::io::BufReader::new(stalled.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find(|line| line.contains("failpoint store-mid-migration: stalling"));
+    assert!(
+        said.is_some(),
+        "the first process never reached its migration"
+    );
+    let mut next = status().spawn().unwrap();
+    let ended = wait_or_kill(&mut next, Duration::from_secs(120));
+    let _ = stalled.kill();
+    let _ = stalled.wait();
+    assert!(
+        ended.is_some(),
+        "a second process waited for the stalled one's migration lock"
+    );
+    let next = next.wait_with_output().unwrap();
+    assert!(stderr(&next).contains("no job 'nope'"), "{}", text(&next));
+    // The stalled migration was rolled back and the second applied it: the
+    // store works.
+    let folder = Folder::new();
+    let body = copy_spec(10_000, 10, &folder.s("state"), &folder.s("out"));
+    let spec = folder.write("job.toml", &body);
+    let done = run(&spec, &["--store", &db.url]);
+    assert!(done.status.success(), "{}", text(&done));
+    assert_eq!(status_of("copy", &db.url).unwrap()["state"], "SUCCEEDED");
+}
+
 #[test]
 fn paused_postgres_to_postgres_workers_are_fenced_and_the_table_is_exact() {
     let (Some(data), Some(jobs)) = (

@@ -8,6 +8,10 @@
 //! handles: at the first such checkpoint from 3 on), `after-commit`;
 //! connectors add their own (the Kafka sink's `kafka-mid-transaction` and
 //! `kafka-after-transaction`).
+//!
+//! A few points stall instead of aborting, as a process stopped with
+//! SIGSTOP would: `store-mid-migration@0` stops the job store's opener
+//! while its migration transaction holds the migration lock.
 //! Unset (the normal case), a hook costs one load of a cached value.
 
 use std::sync::OnceLock;
@@ -38,5 +42,18 @@ pub fn hit(name: &str, checkpoint: CheckpointId) {
     {
         eprintln!("failpoint {name}@{id}: aborting the process");
         std::process::abort();
+    }
+}
+
+/// Stalls the calling thread for good when the armed failpoint is `name`
+/// (at any checkpoint id): the process looks to its peers and servers like
+/// one stopped with SIGSTOP at this instant, without a test having to aim
+/// a signal at it.
+pub fn stall(name: &str) {
+    if is_armed(name) {
+        eprintln!("failpoint {name}: stalling the process");
+        loop {
+            std::thread::park();
+        }
     }
 }

@@ -360,6 +360,9 @@ pub fn paused_takeover_trial(
     }
     let epoch_now = || status_of(name, store).map_or(0, |s| s["epoch"].as_u64().unwrap_or(0));
     let stopped_at = epoch_now();
+    // A 4 s lease is taken over within seconds; a takeover that has not
+    // happened after minutes is a hang, reported instead of waited out.
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
     let mut second = loop {
         let mut attempt = spawn();
         let taken = loop {
@@ -368,6 +371,16 @@ pub fn paused_takeover_trial(
             }
             if epoch_now() > stopped_at {
                 break true;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = first.kill();
+                let _ = attempt.kill();
+                let stuck = attempt.wait_with_output().unwrap();
+                panic!(
+                    "{name}: no run took the paused worker's lease over in 3 minutes; \
+                     the last attempt said:\n{}",
+                    text(&stuck)
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         };

@@ -112,6 +112,41 @@ async fn migrated(pool: &AnyPool, migrator: &Migrator) -> bool {
         .all(|m| applied.contains(&m.version))
 }
 
+/// The PostgreSQL lock that serializes migrations of one store.
+const MIGRATION_LOCK: i64 = 0x7469_6465_6a6f_6273; // "tidejobs"
+
+/// How long a migrating process may sit idle inside its transaction before
+/// the server ends its session, rolling the migration back and releasing
+/// the lock.
+const MIGRATION_IDLE_LIMIT: &str = "15s";
+
+/// Applies `migrator`'s missing migrations. On PostgreSQL they run in one
+/// transaction holding a transaction-scoped advisory lock, not sqlx's
+/// session lock: a process paused while migrating (SIGSTOP, a frozen VM)
+/// would hold a session lock until it woke, and every other process's
+/// open, `tidewater status` included, would wait for it. A transaction
+/// left idle is ended by the server after [`MIGRATION_IDLE_LIMIT`].
+async fn migrate(
+    pool: &AnyPool,
+    dialect: Dialect,
+    migrator: &Migrator,
+) -> Result<(), sqlx::migrate::MigrateError> {
+    if dialect == Dialect::Sqlite {
+        return migrator.run(pool).await;
+    }
+    let mut tx = pool.begin().await?;
+    let limit = format!("SET LOCAL idle_in_transaction_session_timeout = '{MIGRATION_IDLE_LIMIT}'");
+    sqlx::query(AssertSqlSafe(limit)).execute(&mut *tx).await?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await?;
+    migrator.run(&mut *tx).await?;
+    tidewater_core::failpoint::stall("store-mid-migration");
+    tx.commit().await?;
+    Ok(())
+}
+
 fn query_error(what: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |source| StoreError::Query { what, source }
 }
@@ -167,19 +202,19 @@ impl SqlStore {
         let migrator = Migrator {
             migrations: Cow::Owned(dialect.migrations()),
             table_name: Cow::Borrowed("tidewater_jobs_migrations"),
+            // `migrate` takes its own lock on PostgreSQL; SQLite has none.
+            locking: false,
             ..Migrator::DEFAULT
         };
-        // A store already migrated is not migrated again: on PostgreSQL the
-        // migrator takes a session advisory lock, and a worker paused while
-        // holding it (SIGSTOP, a frozen VM) would block every other
-        // process's open, `tidewater status` included, until it woke.
+        // A store already migrated is opened without waiting for the
+        // migration lock, which a paused process may hold (see `migrate`).
         if migrated(&pool, &migrator).await {
             return Ok(SqlStore { pool, dialect });
         }
         // Processes opening a new store at once race to migrate it (SQLite
         // takes no migration lock): the loser finds the work done on a retry.
         let mut attempt = 0;
-        while let Err(e) = migrator.run(&pool).await {
+        while let Err(e) = migrate(&pool, dialect, &migrator).await {
             attempt += 1;
             if attempt == 5 {
                 return Err(failed(format!("migrating its tables: {e}")));
