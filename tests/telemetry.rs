@@ -5,6 +5,7 @@
 //! and a restore that falls back past a damaged checkpoint.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
@@ -250,5 +251,57 @@ async fn a_restore_past_a_damaged_checkpoint_reports_the_fallback() {
             &[("job", name), ("from", "checkpoint")]
         ),
         1
+    );
+}
+
+/// A state store slower than the checkpoint interval (every write waits
+/// 150 ms; the interval is 20 ms): checkpoints are not piled up in memory
+/// but taken one after another, each late, and every late one is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_behind_a_slow_store_are_reported_as_delayed() {
+    use object_store::throttle::{ThrottleConfig, ThrottledStore};
+    recorder();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let name = "telemetry-slow-store";
+    let slow = Arc::new(ThrottledStore::new(
+        object_store::memory::InMemory::new(),
+        ThrottleConfig {
+            wait_put_per_call: Duration::from_millis(150),
+            ..ThrottleConfig::default()
+        },
+    ));
+    let location = tidewater::StoreLocation {
+        store: slow,
+        multipart: None,
+        local_folder: None,
+        prefix: object_store::path::Path::from("state"),
+        display: "a slow in-memory store".into(),
+    };
+    let interval = Duration::from_millis(20);
+    let config = JobConfig::with_location(location).checkpoint_interval(Some(interval));
+    let outcome = job(name, &out, 400_000, Some(200_000.0))
+        .run(config)
+        .await
+        .unwrap();
+    let Outcome::Completed(summary) = outcome else {
+        panic!("expected completion, got {outcome:?}")
+    };
+    let periodic = summary
+        .checkpoints
+        .iter()
+        .filter(|c| format!("{:?}", c.kind) == "Periodic")
+        .count() as u64;
+    assert!(periodic >= 3, "{periodic} periodic checkpoints in 2 s");
+    // Each took longer than the interval, so each after the first started
+    // late (the first too, when the run was slow to start).
+    let delayed = counter("tidewater_checkpoints_delayed_total", &[("job", name)]);
+    assert!(
+        (periodic - 1..=periodic).contains(&delayed),
+        "{delayed} delayed of {periodic} periodic checkpoints"
+    );
+    assert_eq!(
+        histogram_count("tidewater_checkpoint_delay_seconds", name),
+        delayed as usize
     );
 }

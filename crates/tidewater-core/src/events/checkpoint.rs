@@ -80,6 +80,46 @@ impl InternalEvent for CheckpointCompleted<'_> {
     }
 }
 
+/// A periodic checkpoint started late: the one before it took longer than
+/// the interval (usually a state store slower than the interval allows),
+/// and at most one checkpoint is in flight.
+#[derive(Debug)]
+pub struct CheckpointDelayed<'a> {
+    /// The job.
+    pub job: &'a str,
+    /// The checkpoint that started late.
+    pub checkpoint: u64,
+    /// How long after it was due it started.
+    pub behind: Duration,
+    /// The checkpoint interval.
+    pub interval: Duration,
+    /// How many delayed checkpoints to warn of now (this one included);
+    /// `None` while the last warning is recent.
+    pub warn_of: Option<u64>,
+}
+
+impl InternalEvent for CheckpointDelayed<'_> {
+    fn emit(self) {
+        if let Some(delays) = self.warn_of {
+            warn!(
+                job = self.job,
+                checkpoint = self.checkpoint,
+                behind_ms = self.behind.as_millis() as u64,
+                interval_ms = self.interval.as_millis() as u64,
+                delays,
+                "checkpoints delayed: each took longer than the checkpoint interval, so the \
+                 next waited (the state store is slow, or the state large); raise \
+                 the checkpoint interval, or see where the time goes in the checkpoint phases"
+            );
+        } else {
+            debug!(job = self.job, checkpoint = self.checkpoint, behind = ?self.behind, "checkpoint delayed");
+        }
+        counter!("tidewater_checkpoints_delayed_total", "job" => self.job.to_string()).increment(1);
+        histogram!("tidewater_checkpoint_delay_seconds", "job" => self.job.to_string())
+            .record(self.behind.as_secs_f64());
+    }
+}
+
 /// A task could not take its part of a checkpoint (its state did not
 /// encode or upload, its sink did not pre-commit): the checkpoint is
 /// abandoned and the job fails (or restarts, when a retry may help).

@@ -20,7 +20,8 @@ mod storage;
 mod throttle;
 
 pub use checkpoint::{
-    CheckpointCompleted, CheckpointDeclined, CheckpointStarted, RetentionFailed, SavepointRequested,
+    CheckpointCompleted, CheckpointDeclined, CheckpointDelayed, CheckpointStarted, RetentionFailed,
+    SavepointRequested,
 };
 pub use connection::ConnectionRetried;
 pub use job::{JobCompleted, JobFenced, JobRestarting, JobStarting};

@@ -11,14 +11,15 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::handle::Stop;
+use super::lateness::{DelayLog, late_by};
 use super::progress::{CheckpointPhases, CheckpointStats, Progress};
 use super::task::{Control, Event, TaskTiming};
 use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord};
 use crate::checkpoint::{StateStore, restore};
 use crate::error::{Error, Result};
 use crate::events::{
-    CheckpointCompleted, CheckpointDeclined, CheckpointStarted, CleanupFailed, InternalEvent,
-    RetentionFailed, SavepointRequested, SinkCommitted,
+    CheckpointCompleted, CheckpointDeclined, CheckpointDelayed, CheckpointStarted, CleanupFailed,
+    InternalEvent, RetentionFailed, SavepointRequested, SinkCommitted,
 };
 use crate::failpoint;
 use crate::ids::{CheckpointId, Epoch};
@@ -156,6 +157,7 @@ impl Coordinator {
         let mut rows_at_last_trigger = self.progress.rows_read();
         let mut exhausted = 0usize;
         let mut in_flight: Option<InFlight> = None;
+        let mut delays = DelayLog::default();
         let mut cancel_requested = false;
         let mut finishing = false;
 
@@ -173,10 +175,22 @@ impl Coordinator {
                 continue;
             }
             tokio::select! {
-                _ = async { ticker.as_mut().expect("guarded").tick().await },
+                due = async { ticker.as_mut().expect("guarded").tick().await },
                     if ticker.is_some() && idle => {
                     rows_at_last_trigger = self.progress.rows_read();
-                    in_flight = Some(self.start_or_cause(CheckpointKind::Periodic).await?);
+                    let flight = self.start_or_cause(CheckpointKind::Periodic).await?;
+                    let (now, every) = (Instant::now(), self.trigger.interval.unwrap_or_default());
+                    if let Some(behind) = late_by(due.into_std(), now, every) {
+                        CheckpointDelayed {
+                            job: self.store.job(),
+                            checkpoint: flight.id.0,
+                            behind,
+                            interval: every,
+                            warn_of: delays.note(now),
+                        }
+                        .emit();
+                    }
+                    in_flight = Some(flight);
                 }
                 _ = row_poll.tick(), if idle && self.trigger.every_rows.is_some() => {
                     let every = self.trigger.every_rows.unwrap_or(u64::MAX);

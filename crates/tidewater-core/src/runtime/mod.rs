@@ -8,6 +8,7 @@ mod describe;
 mod handle;
 pub(crate) mod input_gate;
 mod job;
+mod lateness;
 pub(crate) mod message;
 mod output;
 mod progress;
