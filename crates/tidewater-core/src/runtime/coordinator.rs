@@ -179,7 +179,7 @@ impl Coordinator {
                     if ticker.is_some() && idle => {
                     rows_at_last_trigger = self.progress.rows_read();
                     let flight = self.start_or_cause(CheckpointKind::Periodic).await?;
-                    let (now, every) = (Instant::now(), self.trigger.interval.unwrap_or_default());
+                    let (now, every) = (Instant::now(), ticker.as_ref().expect("guarded").period());
                     if let Some(behind) = late_by(due.into_std(), now, every) {
                         CheckpointDelayed {
                             job: self.store.job(),
