@@ -72,13 +72,20 @@ struct Args {
     /// checkpoint interval.
     #[arg(long, default_value = "128MiB", value_parser = runner::parse_size)]
     target_file_size: u64,
+    /// Read at most this many rows a second (default: as fast as it goes);
+    /// slow runs change few keys between checkpoints.
+    #[arg(long)]
+    rows_per_second: Option<f64>,
     #[command(flatten)]
     run: RunArgs,
 }
 
 fn build(args: &Args) -> anyhow::Result<Job> {
     let pipeline = Pipeline::new("backfill").with_parallelism(args.run.parallelism);
-    let rows = pipeline.source("generator", GeneratorSource::new(args.rows, args.keys));
+    let mut rows = pipeline.source("generator", GeneratorSource::new(args.rows, args.keys));
+    if let Some(rate) = args.rows_per_second {
+        rows = rows.throttle(tidewater::RateLimit::new(rate));
+    }
     let sink = ParquetSink::open(&args.out)
         .with_context(|| format!("opening --out {}", args.out))?
         .with_options(ParquetSinkOptions {

@@ -8,7 +8,9 @@
 //!
 //! The example runs the job at parallelism 2, cancels it half-way (a
 //! savepoint), resumes it at parallelism 3 (each subtask restores the keys
-//! it now receives), and checks that every key came out exactly once.
+//! it now receives), and checks that every key came out exactly once. It
+//! checkpoints incrementally: each checkpoint writes only the keys seen
+//! since the one before.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -18,12 +20,21 @@ use arrow::array::{AsArray, BooleanArray, Int64Array, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Int64Type, Schema};
 use tidewater::prelude::*;
-use tidewater::{Error, RateLimit, state};
+use tidewater::{Error, RateLimit, StateChanges, state};
 
 /// Emits only the first row seen for each value of `k`.
 #[derive(Default)]
 struct FirstPerKey {
     seen: HashSet<i64>,
+    /// Keys first seen since the last snapshot, when the job checkpoints
+    /// incrementally (`None` otherwise: nothing to track).
+    new_keys: Option<Vec<i64>>,
+}
+
+fn key_batch(keys: impl IntoIterator<Item = i64>) -> Result<RecordBatch> {
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    let keys: Int64Array = keys.into_iter().collect();
+    Ok(RecordBatch::try_new(schema, vec![Arc::new(keys)])?)
 }
 
 impl Operator for FirstPerKey {
@@ -45,16 +56,40 @@ impl Operator for FirstPerKey {
         let keep: BooleanArray = keys
             .values()
             .iter()
-            .map(|k| Some(self.seen.insert(*k)))
+            .map(|k| {
+                let new = self.seen.insert(*k);
+                if let (true, Some(new_keys)) = (new, &mut self.new_keys) {
+                    new_keys.push(*k);
+                }
+                Some(new)
+            })
             .collect();
         out.emit(filter_record_batch(&batch, &keep)?);
         Ok(())
     }
 
     fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
-        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-        let seen: Int64Array = self.seen.iter().copied().collect();
-        Ok(Some(RecordBatch::try_new(schema, vec![Arc::new(seen)])?))
+        if let Some(new_keys) = &mut self.new_keys {
+            new_keys.clear();
+        }
+        Ok(Some(key_batch(self.seen.iter().copied())?))
+    }
+
+    // With incremental checkpoints (`--incremental`), a checkpoint writes
+    // only the keys seen since the last one: keys are never forgotten, so
+    // the state is the last full snapshot plus every delta since.
+    fn track_changes(&mut self) -> bool {
+        self.new_keys = Some(Vec::new());
+        true
+    }
+
+    fn snapshot_changes(&mut self) -> Result<StateChanges> {
+        let new_keys = self
+            .new_keys
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        Ok(StateChanges::Changed(Some(key_batch(new_keys)?)))
     }
 
     // The state is one row per key, in column `k`: a restore at another
@@ -98,7 +133,8 @@ async fn main() -> anyhow::Result<()> {
     let out = out.to_str().expect("utf-8 path");
     let config = || -> Result<JobConfig> {
         Ok(JobConfig::new(state_dir.to_str().expect("utf-8 path"))?
-            .checkpoint_interval(Some(Duration::from_millis(100))))
+            .checkpoint_interval(Some(Duration::from_millis(100)))
+            .incremental_checkpoints(true))
     };
 
     // Run, and cancel once a checkpoint exists: the job takes a savepoint.

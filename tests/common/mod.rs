@@ -84,6 +84,8 @@ pub struct Backfill {
     pub out: PathBuf,
     /// `--target-file-size`, when not the default.
     pub target_file_size: Option<&'static str>,
+    /// More flags (e.g. `--incremental`).
+    pub extra: Vec<String>,
 }
 
 impl Backfill {
@@ -97,6 +99,7 @@ impl Backfill {
             state: dir.join("state"),
             out: dir.join("out"),
             target_file_size: None,
+            extra: Vec::new(),
         }
     }
 
@@ -121,6 +124,7 @@ impl Backfill {
                 self.target_file_size
                     .map(|size| format!("--target-file-size={size}")),
             )
+            .args(&self.extra)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdin(Stdio::null());

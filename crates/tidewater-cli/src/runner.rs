@@ -90,6 +90,14 @@ pub struct RunArgs {
     /// Rewrite live progress as JSON here every 20 ms.
     #[arg(long)]
     pub status_file: Option<PathBuf>,
+    /// Incremental checkpoints: keyed state writes only the keys changed
+    /// since the previous checkpoint, on top of a periodic full one.
+    #[arg(long)]
+    pub incremental: bool,
+    /// With --incremental, a full checkpoint at least every this many
+    /// checkpoints that found changes (at most N-1 deltas after a base).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    pub full_checkpoint_every: u32,
 }
 
 impl RunArgs {
@@ -98,7 +106,9 @@ impl RunArgs {
         Ok(JobConfig::new(&self.state)
             .with_context(|| format!("opening --state {}", self.state))?
             .checkpoint_interval(self.checkpoint_interval.0)
-            .retain(self.retain))
+            .retain(self.retain)
+            .incremental_checkpoints(self.incremental)
+            .full_checkpoint_every(self.full_checkpoint_every))
     }
 
     /// Where the run reports; `out` names the output in messages.

@@ -27,7 +27,7 @@ pub mod transforms;
 pub use checkpoint::restore::RestoreOptions;
 pub use error::{Domain, Error, Result, field_list};
 pub use ids::{CheckpointId, Epoch};
-pub use operator::{Collector, Operator, OperatorFactory, TaskContext};
+pub use operator::{Collector, Operator, OperatorFactory, StateChanges, TaskContext};
 pub use pipeline::{KeyedStream, Partitioning, Pipeline, SinkRef, Stream};
 pub use rows::row_json;
 pub use runtime::{

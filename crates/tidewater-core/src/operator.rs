@@ -129,6 +129,33 @@ pub trait Operator: Send + 'static {
         None
     }
 
+    /// Starts tracking which keys change, for incremental checkpoints
+    /// ([`JobConfig::incremental_checkpoints`](crate::JobConfig::incremental_checkpoints)).
+    /// Called once per instance, after any restore and before the first
+    /// batch, only in jobs that turned them on. Return `true` when the
+    /// operator implements [`snapshot_changes`](Operator::snapshot_changes)
+    /// (the default, `false`, keeps full snapshots). Only an operator whose
+    /// state is one row per key ([`state_keys`](Operator::state_keys)) can
+    /// track changes.
+    fn track_changes(&mut self) -> bool {
+        false
+    }
+
+    /// What changed since the previous snapshot (full or of changes): the
+    /// rows of the changed keys, laid out as
+    /// [`snapshot`](Operator::snapshot)'s, or the whole state when the
+    /// operator cannot say (it dropped keys: a delta says how keys stand
+    /// now, not that one is gone). Both kinds of snapshot start the
+    /// tracking over. Called only after
+    /// [`track_changes`](Operator::track_changes) returned `true`.
+    ///
+    /// A restore hands [`restore`](Operator::restore) the merged state:
+    /// the last whole snapshot with each later changed row in place of the
+    /// row of its key.
+    fn snapshot_changes(&mut self) -> Result<StateChanges> {
+        Ok(StateChanges::Whole(self.snapshot()?))
+    }
+
     /// Rebuilds the state from a batch that [`snapshot`](Operator::snapshot) returned.
     fn restore(&mut self, _state: RecordBatch) -> Result<()> {
         Err(Error::InvalidPipeline(format!(
@@ -139,6 +166,17 @@ pub trait Operator: Send + 'static {
             self.kind()
         )))
     }
+}
+
+/// What [`Operator::snapshot_changes`] returns.
+#[derive(Debug, Clone)]
+pub enum StateChanges {
+    /// The rows of the keys changed since the previous snapshot; `None`
+    /// or no rows when none did.
+    Changed(Option<RecordBatch>),
+    /// The whole state, as [`Operator::snapshot`] returns it: the
+    /// incremental chain starts over from it.
+    Whole(Option<RecordBatch>),
 }
 
 /// Builds one operator instance per subtask.

@@ -4,7 +4,6 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use tidewater_core::checkpoint::restore::retention_victims;
 use tidewater_core::checkpoint::{Manifest, StateStore};
 use tidewater_core::{CheckpointId, StoreLocation, open_location};
 
@@ -83,24 +82,32 @@ async fn list(state: &str, job: Option<String>, retain: usize) -> anyhow::Result
             .list_checkpoints()
             .await
             .with_context(|| format!("listing the checkpoints of job {job}"))?;
-        let victims = retention_victims(&complete, &folders, retain);
+        let retention = store
+            .retention(retain)
+            .await
+            .with_context(|| format!("reading the retained checkpoints of job {job}"))?;
         println!("job {job}: {} checkpoints", complete.len());
         println!(
             "  {:>6}  {:<10} {:<20} {:>9} {:>10} {:>6} {:>12}  retention (--retain {retain})",
             "id", "kind", "time (UTC)", "age", "bytes", "epoch", "rows read"
         );
         for id in folders {
+            let deleted = retention.victims.contains(&id);
             if !complete.contains(&id) {
-                println!(
-                    "  {:>6}  incomplete (no manifest: in flight, or left by a crash)",
-                    id.0
-                );
+                let why = match id < complete.iter().copied().min().unwrap_or(id) {
+                    true if deleted => "left by a crash; deleted by the next checkpoint",
+                    true => "older than the complete ones; may hold a base or deltas they list",
+                    false => "in flight, or left by a crash",
+                };
+                println!("  {:>6}  incomplete (no manifest: {why})", id.0);
                 continue;
             }
-            let keep = if victims.contains(&id) {
-                "deleted by the next checkpoint"
-            } else {
-                "kept"
+            let keep = match (deleted, retention.retired.contains(&id)) {
+                (true, _) => "deleted by the next checkpoint",
+                (false, true) => {
+                    "manifest deleted by the next checkpoint; blobs kept for later ones"
+                }
+                (false, false) => "kept",
             };
             match store.read_manifest(id).await {
                 Ok(m) => println!("  {}  {keep}", row(&m, now)),

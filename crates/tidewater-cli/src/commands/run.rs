@@ -163,7 +163,9 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
     let config = JobConfig::with_location(location)
         .checkpoint_interval(spec.job.checkpoint_interval)
         .retain(spec.job.retain)
-        .key_groups(spec.job.key_groups);
+        .key_groups(spec.job.key_groups)
+        .incremental_checkpoints(spec.job.incremental_checkpoints)
+        .full_checkpoint_every(spec.job.full_checkpoint_every);
     let mut supervised = match pending
         .lease(command.lease_ttl, min_epoch, command.steal)
         .await

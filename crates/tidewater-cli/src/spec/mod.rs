@@ -87,6 +87,8 @@ impl Spec {
                 parallelism: 2,
                 retain: 3,
                 key_groups: DEFAULT_KEY_GROUPS,
+                incremental_checkpoints: false,
+                full_checkpoint_every: DEFAULT_FULL_EVERY,
             },
             components: Vec::new(),
         };
@@ -212,6 +214,8 @@ fn read_job(f: &Fields<'_, '_>) -> Option<JobSpec> {
     let parallelism = f.integer("parallelism", 1);
     let retain = f.integer("retain", 1);
     let key_groups = f.integer("key_groups", 1);
+    let incremental = f.boolean("incremental_checkpoints");
+    let full_every = f.integer("full_checkpoint_every", 1);
     f.finish();
     let name = name?;
     if let Some(g) = key_groups
@@ -241,12 +245,19 @@ fn read_job(f: &Fields<'_, '_>) -> Option<JobSpec> {
         parallelism: parallelism.map_or(2, |p| p.value as usize),
         retain: retain.map_or(3, |r| r.value as usize),
         key_groups: key_groups.map_or(DEFAULT_KEY_GROUPS, |g| g.value as u32),
+        incremental_checkpoints: incremental.unwrap_or(false),
+        full_checkpoint_every: full_every.map_or(DEFAULT_FULL_EVERY, |n| {
+            u32::try_from(n.value).unwrap_or(u32::MAX)
+        }),
     })
 }
 
 const SOURCE_TYPES: &[&str] = &["generator", "parquet", "postgres", "kafka"];
 const TRANSFORM_TYPES: &[&str] = &["sql", "aggregate"];
 const SINK_TYPES: &[&str] = &["parquet", "postgres", "kafka"];
+
+/// `full_checkpoint_every` when the spec does not say.
+const DEFAULT_FULL_EVERY: u32 = 20;
 
 /// Where the state goes when neither the spec nor `--state` says.
 pub const DEFAULT_STATE: &str = "./tidewater-state";

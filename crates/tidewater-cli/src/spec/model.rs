@@ -21,6 +21,10 @@ pub struct JobSpec {
     /// job first starts, and the highest parallelism a keyed operator can
     /// later be rescaled to.
     pub key_groups: u32,
+    /// Incremental checkpoints (default off).
+    pub incremental_checkpoints: bool,
+    /// With them, a full checkpoint at least every this many (default 20).
+    pub full_checkpoint_every: u32,
 }
 
 /// Whether a component produces, transforms or consumes rows.

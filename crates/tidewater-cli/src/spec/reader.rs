@@ -128,6 +128,18 @@ impl<'a, 'i> Fields<'a, 'i> {
         self.string(key)
     }
 
+    /// An optional `true` or `false`.
+    pub fn boolean(&self, key: &'static str) -> Option<bool> {
+        let value = self.raw(key)?;
+        match value.get_ref() {
+            DeValue::Boolean(b) => Some(*b),
+            _ => {
+                self.wrong_type(key, value, "true or false");
+                None
+            }
+        }
+    }
+
     /// An optional whole number of at least `min`.
     pub fn integer(&self, key: &'static str, min: u64) -> Option<Located<u64>> {
         let value = self.raw(key)?;

@@ -60,6 +60,14 @@ fn the_good_spec_reads() {
     assert_eq!(spec.job.parallelism, 2);
     assert_eq!(spec.job.key_groups, 4096);
     assert_eq!(spec.job.checkpoint_interval, Some(Duration::from_secs(1)));
+    assert!(!spec.job.incremental_checkpoints);
+    let incremental = GOOD.replace(
+        "parallelism = 2",
+        "parallelism = 2\nincremental_checkpoints = true\nfull_checkpoint_every = 5",
+    );
+    let spec_on = Spec::parse("t.toml", &incremental, &env).unwrap();
+    assert!(spec_on.job.incremental_checkpoints);
+    assert_eq!(spec_on.job.full_checkpoint_every, 5);
     let keep = spec.component("keep").unwrap();
     let Kind::Sql(sql) = &keep.kind else { panic!() };
     assert_eq!(sql.filter.as_ref().unwrap().value, "id % 3 <> 0");
@@ -144,6 +152,22 @@ fn broken_specs_say_where_and_what() {
         "no key groups",
         &GOOD.replace("parallelism = 2", "parallelism = 2\nkey_groups = 0"),
         &[(6, "`key_groups` in [job] must be at least 1")],
+    );
+    expect(
+        "incremental checkpoints as a string",
+        &GOOD.replace(
+            "parallelism = 2",
+            "parallelism = 2\nincremental_checkpoints = \"yes\"",
+        ),
+        &[(6, "`incremental_checkpoints`")],
+    );
+    expect(
+        "no full checkpoints",
+        &GOOD.replace(
+            "parallelism = 2",
+            "parallelism = 2\nfull_checkpoint_every = 0",
+        ),
+        &[(6, "`full_checkpoint_every` in [job] must be at least 1")],
     );
     expect(
         "an empty selection",

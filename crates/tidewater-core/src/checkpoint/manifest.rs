@@ -6,8 +6,10 @@ use crate::ids::{CheckpointId, Epoch};
 use crate::partition::PartitionerId;
 use crate::sink::CommitHandle;
 
-/// The manifest format version written by this build.
-pub const MANIFEST_FORMAT: u32 = 1;
+/// The manifest format version written by this build: 2 added
+/// incremental chains (blobs in earlier folders, deltas). A build refuses
+/// manifests of a newer format than its own.
+pub const MANIFEST_FORMAT: u32 = 2;
 
 /// Why a checkpoint was taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,6 +105,16 @@ pub struct BlobRecord {
     pub bytes: u64,
     /// CRC-32 of the bytes.
     pub crc32: u32,
+    /// The checkpoint whose folder holds the blob, when it is an earlier
+    /// one: a base or delta an incremental checkpoint shares with the
+    /// checkpoints before it. `None`: this checkpoint's own folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written_in: Option<CheckpointId>,
+    /// The blob holds only the rows of keys changed since the blob listed
+    /// before it for the same operator subtask (an incremental delta);
+    /// `false`: the subtask's whole state, or the base of its chain.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delta: bool,
 }
 
 /// The manifest of a completed checkpoint.

@@ -3,7 +3,9 @@
 
 pub mod blob;
 mod buffers;
+pub mod deltas;
 pub mod fence;
+pub mod incremental;
 mod local_write;
 pub mod manifest;
 pub mod restore;

@@ -1,7 +1,7 @@
 //! Pure decisions taken on restore: does the checkpoint fit the pipeline, and
 //! which checkpoints does retention delete.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::checkpoint::manifest::OperatorRecord;
 pub use crate::checkpoint::manifest::Role;
@@ -194,26 +194,66 @@ fn version(v: Option<u32>) -> String {
     v.map_or_else(|| "none (stateless)".to_string(), |v| v.to_string())
 }
 
-/// The checkpoints retention deletes: every folder older than the newest
-/// `retain` complete checkpoints. Folders newer than the oldest retained
-/// complete checkpoint are kept (they may be in flight).
-pub fn retention_victims(
+/// The newest `retain` (at least 1) complete checkpoints: the ones
+/// retention keeps, with the folders their manifests list blobs in.
+pub fn retained(complete: &[CheckpointId], retain: usize) -> Vec<CheckpointId> {
+    let mut sorted = complete.to_vec();
+    sorted.sort_unstable();
+    let from = sorted.len().saturating_sub(retain.max(1));
+    sorted.split_off(from)
+}
+
+/// What retention deletes, in order: first the manifests of every complete
+/// checkpoint it no longer keeps (`retired`), then the folders no kept
+/// checkpoint needs (`victims`).
+///
+/// The order matters with incremental chains: a kill part way through must
+/// never leave a manifest behind whose base or deltas are already gone, and
+/// a retired checkpoint may list folders that no kept one needs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Complete checkpoints older than the kept ones, oldest first: their
+    /// manifests go (their folders too, unless a kept checkpoint lists them).
+    pub retired: Vec<CheckpointId>,
+    /// Folders deleted whole, oldest first.
+    pub victims: Vec<CheckpointId>,
+}
+
+/// What retention deletes: every folder older than the newest `retain`
+/// complete checkpoints, except the folders those checkpoints' manifests
+/// list blobs in (`references`, by kept checkpoint: the bases and deltas of
+/// incremental chains), which lose only their manifests. Folders newer than
+/// the oldest kept complete checkpoint are kept (they may be in flight).
+pub fn retention(
     complete: &[CheckpointId],
     folders: &[CheckpointId],
     retain: usize,
-) -> Vec<CheckpointId> {
-    let retain = retain.max(1);
-    if complete.len() <= retain {
-        return Vec::new();
+    references: &BTreeMap<CheckpointId, BTreeSet<CheckpointId>>,
+) -> Retention {
+    let kept = retained(complete, retain);
+    if kept.len() == complete.len() {
+        return Retention::default();
     }
-    let mut sorted = complete.to_vec();
-    sorted.sort_unstable();
-    let oldest_kept = sorted[sorted.len() - retain];
-    folders
+    let oldest_kept = kept[0];
+    let needed: BTreeSet<CheckpointId> = kept
+        .iter()
+        .filter_map(|id| references.get(id))
+        .flatten()
+        .copied()
+        .collect();
+    let mut retired: Vec<CheckpointId> = complete
         .iter()
         .copied()
         .filter(|id| *id < oldest_kept)
-        .collect()
+        .collect();
+    retired.sort_unstable();
+    let mut victims: Vec<CheckpointId> = folders
+        .iter()
+        .copied()
+        .filter(|id| *id < oldest_kept && !needed.contains(id))
+        .collect();
+    victims.sort_unstable();
+    Retention { retired, victims }
 }
 
 #[cfg(test)]
@@ -399,21 +439,80 @@ mod tests {
     #[test]
     fn retention_keeps_the_newest_complete_checkpoints_and_anything_newer() {
         let ids = |v: &[u64]| v.iter().copied().map(CheckpointId).collect::<Vec<_>>();
-        // (complete, folders, retain, deleted)
-        type Case<'a> = (&'a [u64], &'a [u64], usize, &'a [u64]);
+        // (complete, folders, retain, references, manifests deleted, folders deleted)
+        type Case<'a> = (
+            &'a [u64],
+            &'a [u64],
+            usize,
+            &'a [(u64, &'a [u64])],
+            &'a [u64],
+            &'a [u64],
+        );
         let cases: &[Case] = &[
-            (&[1, 2, 3], &[1, 2, 3], 3, &[]),
-            (&[1, 2, 3, 4], &[1, 2, 3, 4, 5], 3, &[1]),
+            (&[1, 2, 3], &[1, 2, 3], 3, &[], &[], &[]),
+            (&[1, 2, 3, 4], &[1, 2, 3, 4, 5], 3, &[], &[1], &[1]),
             // An orphan folder (no manifest) older than the kept ones goes too.
-            (&[2, 4, 5, 6], &[1, 2, 3, 4, 5, 6, 7], 2, &[1, 2, 3, 4]),
-            (&[5], &[5, 6], 0, &[]),
+            (
+                &[2, 4, 5, 6],
+                &[1, 2, 3, 4, 5, 6, 7],
+                2,
+                &[],
+                &[2, 4],
+                &[1, 2, 3, 4],
+            ),
+            (&[5], &[5, 6], 0, &[], &[], &[]),
+            // Incremental chains: a kept checkpoint's base and deltas stay,
+            // but the checkpoints they were written in are no longer complete.
+            (
+                &[1, 2, 3, 4, 5, 6],
+                &[1, 2, 3, 4, 5, 6],
+                2,
+                &[(5, &[2, 3, 4]), (6, &[2, 3, 4, 5])],
+                &[1, 2, 3, 4],
+                &[1],
+            ),
+            // ...until no kept checkpoint lists them.
+            (
+                &[2, 3, 4, 5, 6, 7],
+                &[2, 3, 4, 5, 6, 7],
+                2,
+                &[(6, &[4, 5]), (7, &[6])],
+                &[2, 3, 4, 5],
+                &[2, 3],
+            ),
+            // A folder with blobs and no manifest any more stays while needed.
+            (
+                &[5, 6, 7],
+                &[3, 4, 5, 6, 7],
+                2,
+                &[(6, &[3, 5]), (7, &[3, 5, 6])],
+                &[5],
+                &[4],
+            ),
+            // References of checkpoints retention does not keep do not count.
+            (
+                &[1, 2, 3, 4],
+                &[1, 2, 3, 4],
+                1,
+                &[(3, &[1, 2])],
+                &[1, 2, 3],
+                &[1, 2, 3],
+            ),
         ];
-        for (complete, folders, retain, victims) in cases {
+        for (complete, folders, retain, references, retired, victims) in cases {
+            let references = references
+                .iter()
+                .map(|(id, refs)| (CheckpointId(*id), ids(refs).into_iter().collect()))
+                .collect();
             assert_eq!(
-                retention_victims(&ids(complete), &ids(folders), *retain),
-                ids(victims),
-                "{complete:?} {folders:?} {retain}"
+                retention(&ids(complete), &ids(folders), *retain, &references),
+                Retention {
+                    retired: ids(retired),
+                    victims: ids(victims)
+                },
+                "{complete:?} {folders:?} {retain} {references:?}"
             );
         }
+        assert_eq!(retained(&ids(&[3, 1, 2]), 2), ids(&[2, 3]));
     }
 }

@@ -6,7 +6,7 @@
 //! {prefix}/{job}/_epochs/00000000000000000007
 //! ```
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -18,8 +18,10 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 use crate::checkpoint::blob;
 use crate::checkpoint::buffers::BlobBuffers;
 use crate::checkpoint::fence;
+use crate::checkpoint::incremental::referenced_folders;
 use crate::checkpoint::local_write;
-use crate::checkpoint::manifest::{BlobRecord, Manifest};
+use crate::checkpoint::manifest::{BlobRecord, MANIFEST_FORMAT, Manifest};
+use crate::checkpoint::restore;
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, Epoch};
 use crate::store_url::StoreLocation;
@@ -90,6 +92,8 @@ impl StateStore {
             path: relative,
             bytes: bytes.len() as u64,
             crc32: blob::checksum(&bytes),
+            written_in: None,
+            delta: false,
         };
         match &self.local_folder {
             Some(folder) if bytes.len() >= local_write::DIRECT_MIN_BYTES => {
@@ -132,9 +136,10 @@ impl StateStore {
         blob::decode_verified(&bytes, record.crc32, &what)
     }
 
-    /// The object path of a blob record.
+    /// The object path of a blob record of checkpoint `id`'s manifest (in
+    /// an earlier checkpoint's folder when the record says so).
     pub fn blob_path(&self, id: CheckpointId, record: &BlobRecord) -> Result<Path> {
-        let mut path = self.checkpoint_dir(id);
+        let mut path = self.checkpoint_dir(record.written_in.unwrap_or(id));
         for part in record.path.split('/') {
             let part = object_store::path::PathPart::parse(part).map_err(|e| {
                 Error::Corrupt(format!(
@@ -168,11 +173,53 @@ impl StateStore {
     pub async fn read_manifest(&self, id: CheckpointId) -> Result<Manifest> {
         let path = self.manifest_path(id);
         let bytes = self.get(&path, "read manifest").await?;
-        serde_json::from_slice(&bytes).map_err(|e| {
+        let manifest: Manifest = serde_json::from_slice(&bytes).map_err(|e| {
             Error::Corrupt(format!(
                 "checkpoint {id}: manifest '{path}' is not valid: {e}"
             ))
-        })
+        })?;
+        if manifest.format > MANIFEST_FORMAT {
+            return Err(Error::Corrupt(format!(
+                "checkpoint {id}: manifest '{path}' has format {}, newer than this build reads \
+                 ({MANIFEST_FORMAT}); run a tidewater at least as new as the one that wrote it",
+                manifest.format
+            )));
+        }
+        Ok(manifest)
+    }
+
+    /// What retention would delete now, keeping the newest `retain`
+    /// complete checkpoints and every folder their manifests list blobs in
+    /// (see [`restore::retention`]). Fails rather than guess when a kept
+    /// manifest cannot be read for a reason other than being corrupt (a
+    /// corrupt one is never restored, so it needs nothing).
+    pub async fn retention(&self, retain: usize) -> Result<restore::Retention> {
+        let (complete, folders) = self.list_checkpoints().await?;
+        let mut references = BTreeMap::new();
+        if complete.len() > retain {
+            for id in restore::retained(&complete, retain) {
+                match self.read_manifest(id).await {
+                    Ok(manifest) => {
+                        references.insert(id, referenced_folders(&manifest.blobs));
+                    }
+                    Err(Error::Corrupt(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(restore::retention(&complete, &folders, retain, &references))
+    }
+
+    /// Applies retention: the retired manifests first, then the folders
+    /// (see [`restore::Retention`] for why in that order).
+    pub async fn apply_retention(&self, retention: &restore::Retention) -> Result<()> {
+        for id in &retention.retired {
+            self.delete_manifest(*id).await?;
+        }
+        for id in &retention.victims {
+            self.delete_checkpoint(*id).await?;
+        }
+        Ok(())
     }
 
     /// Ids of every checkpoint that has a manifest, and of every checkpoint
@@ -210,10 +257,7 @@ impl StateStore {
     pub async fn delete_checkpoint(&self, id: CheckpointId) -> Result<()> {
         let dir = self.checkpoint_dir(id);
         // The manifest goes first: a half-deleted checkpoint must not look complete.
-        match self.store.delete(&self.manifest_path(id)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(Error::storage("delete manifest", self.manifest_path(id), e)),
-        }
+        self.delete_manifest(id).await?;
         let objects: Vec<_> = self
             .store
             .list(Some(&dir))
@@ -233,6 +277,16 @@ impl StateStore {
             }
         }
         Ok(())
+    }
+
+    /// Deletes checkpoint `id`'s manifest (if there is one) and nothing
+    /// else: it is no longer complete, but its blobs stay for the chains
+    /// of later checkpoints that list them.
+    pub async fn delete_manifest(&self, id: CheckpointId) -> Result<()> {
+        match self.store.delete(&self.manifest_path(id)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(Error::storage("delete manifest", self.manifest_path(id), e)),
+        }
     }
 
     /// Every epoch taken so far.

@@ -4,14 +4,35 @@ use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
 
+use crate::checkpoint::incremental::{ChainLength, ChainPolicy, SnapshotKind};
 use crate::error::Result;
 use crate::events::OperatorMeter;
-use crate::operator::{Collector, Operator};
+use crate::operator::{Collector, Operator, StateChanges};
 
 pub(crate) struct ChainedOperator {
     pub uid: Arc<str>,
     pub operator: Box<dyn Operator>,
     pub meter: OperatorMeter,
+    /// With incremental checkpoints, for an operator that tracks its
+    /// changes: when its chain starts over, and how long it is.
+    pub incremental: Option<(ChainPolicy, ChainLength)>,
+}
+
+/// One operator's part of a checkpoint.
+pub(crate) struct OperatorState {
+    pub uid: Arc<str>,
+    pub batch: RecordBatch,
+    /// Only the keys changed since the previous checkpoint.
+    pub delta: bool,
+}
+
+/// What a chain's operators hand to a checkpoint.
+#[derive(Default)]
+pub(crate) struct ChainSnapshot {
+    pub states: Vec<OperatorState>,
+    /// Operators whose previous checkpoint's chain goes on in this one
+    /// (they wrote a delta, or nothing changed).
+    pub carried: Vec<Arc<str>>,
 }
 
 /// The operators of one subtask of a chain, in order.
@@ -64,22 +85,43 @@ impl OperatorChain {
         Ok(out)
     }
 
-    /// The state of every stateful operator.
-    pub fn snapshot(&mut self) -> Result<Vec<(Arc<str>, RecordBatch)>> {
-        let mut states = Vec::new();
+    /// The state of every stateful operator: whole, or for operators with
+    /// an incremental chain going on, the keys changed since the last one.
+    pub fn snapshot(&mut self) -> Result<ChainSnapshot> {
+        let mut snapshot = ChainSnapshot::default();
         for op in &mut self.operators {
             if op.operator.state_version().is_none() {
                 continue;
             }
-            if let Some(state) = op
-                .operator
-                .snapshot()
-                .map_err(|e| e.in_operator(&op.uid, self.subtask))?
-            {
-                states.push((op.uid.clone(), state));
+            let asked = match &op.incremental {
+                Some((policy, chain)) => chain.next(*policy),
+                None => SnapshotKind::Full,
+            };
+            let (kind, state) = match asked {
+                SnapshotKind::Full => (SnapshotKind::Full, op.operator.snapshot()),
+                SnapshotKind::Changes => match op.operator.snapshot_changes() {
+                    Ok(StateChanges::Changed(rows)) => (SnapshotKind::Changes, Ok(rows)),
+                    Ok(StateChanges::Whole(state)) => (SnapshotKind::Full, Ok(state)),
+                    Err(e) => (asked, Err(e)),
+                },
+            };
+            let state = state.map_err(|e| e.in_operator(&op.uid, self.subtask))?;
+            if let Some((_, chain)) = &mut op.incremental {
+                chain.taken(kind, state.as_ref().map(RecordBatch::num_rows));
+            }
+            let delta = kind == SnapshotKind::Changes;
+            if delta {
+                snapshot.carried.push(op.uid.clone());
+            }
+            if let Some(batch) = state.filter(|b| !delta || b.num_rows() > 0) {
+                snapshot.states.push(OperatorState {
+                    uid: op.uid.clone(),
+                    batch,
+                    delta,
+                });
             }
         }
-        Ok(states)
+        Ok(snapshot)
     }
 }
 

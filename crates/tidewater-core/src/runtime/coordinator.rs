@@ -14,8 +14,11 @@ use super::handle::Stop;
 use super::lateness::{DelayLog, late_by};
 use super::progress::{CheckpointPhases, CheckpointStats, Progress};
 use super::task::{Control, Event, TaskTiming};
-use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord};
-use crate::checkpoint::{StateStore, restore};
+use crate::checkpoint::StateStore;
+use crate::checkpoint::incremental::carried_blobs;
+use crate::checkpoint::manifest::{
+    BlobRecord, CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord,
+};
 use crate::error::{Error, Result};
 use crate::events::{
     CheckpointCompleted, CheckpointDeclined, CheckpointDelayed, CheckpointStarted, CleanupFailed,
@@ -93,6 +96,9 @@ pub(crate) struct Coordinator {
     /// A checkpoint whose manifest this run wrote and whose commits it has
     /// not all made: its pre-commits are its successor's to commit.
     pub committing: Option<CheckpointId>,
+    /// The blobs of the last manifest this run wrote: incremental chains
+    /// that go on carry theirs over.
+    pub previous_blobs: Option<(CheckpointId, Vec<BlobRecord>)>,
 }
 
 impl Coordinator {
@@ -236,6 +242,9 @@ impl Coordinator {
                                 }
                             };
                             flight.bytes += data.blobs.iter().map(|b| b.bytes).sum::<u64>();
+                            let previous = self.previous_blobs.as_ref().map(|(id, b)| (*id, b.as_slice()));
+                            // Each chain's earlier blobs first: `complete` sorts stably.
+                            flight.manifest.blobs.extend(carried_blobs(previous, &data.carried)?);
                             flight.manifest.blobs.extend(data.blobs);
                             flight.manifest.commits.extend(data.commits);
                             flight.rows_read_in_run += data.rows_read;
@@ -383,6 +392,7 @@ impl Coordinator {
         failpoint::hit("before-manifest", id);
         self.store.write_manifest(&manifest).await?;
         self.committing = Some(manifest.checkpoint);
+        self.previous_blobs = Some((id, manifest.blobs.clone()));
         let took = flight.started.elapsed();
         phases.manifest = writing.elapsed();
         failpoint::hit("after-manifest", id);
@@ -427,11 +437,8 @@ impl Coordinator {
 
     async fn apply_retention(&self) {
         let result = async {
-            let (complete, folders) = self.store.list_checkpoints().await?;
-            for victim in restore::retention_victims(&complete, &folders, self.retain) {
-                self.store.delete_checkpoint(victim).await?;
-            }
-            Ok::<_, Error>(())
+            let retention = self.store.retention(self.retain).await?;
+            self.store.apply_retention(&retention).await
         }
         .await;
         if let Err(e) = result {

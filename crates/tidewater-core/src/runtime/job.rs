@@ -187,7 +187,20 @@ async fn run_once(
         .collect();
 
     let keyed = keyed_operator(job, &records);
-    let mut restored = match restore(&store, &records, &sinks, config.restore, keyed).await? {
+    let keys_by_node = state_keys(&operators);
+    let keys_by_uid: HashMap<String, Vec<String>> = keys_by_node
+        .iter()
+        .map(|(id, keys)| (job.nodes[*id].uid.clone(), keys.clone()))
+        .collect();
+    let restored = restore(
+        &store,
+        &records,
+        &sinks,
+        config.restore,
+        keyed,
+        &keys_by_uid,
+    );
+    let mut restored = match restored.await? {
         RestoreResult::AlreadyComplete(checkpoint) => {
             JobCompleted::AlreadyComplete {
                 job: &job.name,
@@ -211,7 +224,7 @@ async fn run_once(
     // need the staged work that state refers to.
     let plan = Rescale {
         job,
-        state_keys: state_keys(&operators),
+        state_keys: keys_by_node,
         epoch,
         key_groups,
     };
@@ -261,6 +274,7 @@ async fn run_once(
         lease: config.lease.clone(),
         last_completed: restored.checkpoint,
         committing: None,
+        previous_blobs: None,
     };
     let ending = coordinator.run().await?;
     let summary = |last| Summary {

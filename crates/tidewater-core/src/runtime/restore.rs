@@ -10,6 +10,7 @@ use arrow::record_batch::RecordBatch;
 use super::coordinator::commit_all;
 use super::task::read_source_state;
 use crate::checkpoint::StateStore;
+use crate::checkpoint::deltas::apply_deltas;
 use crate::checkpoint::manifest::{Manifest, OperatorRecord, Role};
 use crate::checkpoint::restore::RestoreOptions;
 use crate::checkpoint::restore_plan::{
@@ -65,6 +66,7 @@ pub(crate) async fn restore(
     sinks: &HashMap<String, Arc<dyn Sink>>,
     options: RestoreOptions,
     keyed: Option<&str>,
+    state_keys: &HashMap<String, Vec<String>>,
 ) -> Result<RestoreResult> {
     let (complete, folders) = store.list_checkpoints().await?;
     let mut checkpoints = Vec::with_capacity(complete.len());
@@ -101,7 +103,7 @@ pub(crate) async fn restore(
                         _ => None,
                     })
                     .ok_or_else(|| Error::Internal(format!("no manifest for checkpoint {id}")))?;
-                match load_state(store, manifest).await {
+                match load_state(store, manifest, state_keys).await {
                     Ok(state) => {
                         loaded = Some(state);
                         blobs.insert(id, BlobCheck::Whole);
@@ -176,8 +178,14 @@ pub(crate) async fn restore(
 }
 
 /// Reads and verifies every blob of a checkpoint: the source cursors and
-/// the operator and sink state.
-async fn load_state(store: &StateStore, manifest: &Manifest) -> Result<Restored> {
+/// the operator and sink state, with each incremental chain applied (a
+/// chain's blobs are listed base first, in order; `state_keys` names the
+/// key columns of each operator's state by uid).
+async fn load_state(
+    store: &StateStore,
+    manifest: &Manifest,
+    state_keys: &HashMap<String, Vec<String>>,
+) -> Result<Restored> {
     let mut restored = Restored {
         rows_read: manifest.rows_read,
         key_groups: manifest.key_groups,
@@ -195,16 +203,45 @@ async fn load_state(store: &StateStore, manifest: &Manifest) -> Result<Restored>
         .filter(|o| o.role == Role::Source)
         .map(|o| o.uid.as_str())
         .collect();
+    let mut deltas: BTreeMap<(String, usize), Vec<RecordBatch>> = BTreeMap::new();
     for record in &manifest.blobs {
         let batch = store.read_blob(manifest.checkpoint, record).await?;
-        if sources.contains(&record.uid.as_str()) {
+        let at = (record.uid.clone(), record.subtask);
+        if record.delta {
+            deltas.entry(at).or_default().push(batch);
+        } else if sources.contains(&record.uid.as_str()) {
             let cursors = restored.cursors.entry(record.uid.clone()).or_default();
             read_source_state(&batch, cursors)?;
         } else {
-            restored
-                .operator_state
-                .insert((record.uid.clone(), record.subtask), batch);
+            restored.operator_state.insert(at, batch);
         }
+    }
+    for ((uid, subtask), chain) in deltas {
+        let at = (uid, subtask);
+        let (Some(base), Some(keys)) = (restored.operator_state.remove(&at), state_keys.get(&at.0))
+        else {
+            let detail = if state_keys.contains_key(&at.0) {
+                format!("subtask {subtask}: its manifest lists deltas but no base before them")
+            } else {
+                "has incremental deltas in the checkpoint, but the operator no longer names its \
+                 state's key columns (Operator::state_keys), so they cannot be applied"
+                    .to_string()
+            };
+            return Err(Error::IncompatibleState {
+                uid: at.0,
+                checkpoint: manifest.checkpoint,
+                detail,
+            });
+        };
+        // Still `Corrupt`, so that the restore falls back past this checkpoint.
+        let merged = apply_deltas(base, &chain, keys).map_err(|e| match e {
+            Error::Corrupt(why) => Error::Corrupt(format!(
+                "checkpoint {}, operator '{}' subtask {subtask}: {why}",
+                manifest.checkpoint, at.0
+            )),
+            other => other,
+        })?;
+        restored.operator_state.insert(at, merged);
     }
     Ok(restored)
 }

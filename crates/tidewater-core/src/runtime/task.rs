@@ -10,7 +10,7 @@ use arrow::array::{ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
-use super::chain::OperatorChain;
+use super::chain::{OperatorChain, OperatorState};
 use super::input_gate::{GateEvent, InputGate};
 use super::message::Message;
 use super::output::Output;
@@ -55,6 +55,9 @@ pub(crate) struct Ack {
 #[derive(Debug)]
 pub(crate) struct AckData {
     pub blobs: Vec<BlobRecord>,
+    /// Operator subtasks whose incremental chain in the previous
+    /// checkpoint goes on in this one (`blobs` holds their deltas, if any).
+    pub carried: Vec<(String, usize)>,
     pub commits: Vec<CommitHandle>,
     /// Rows this source subtask emitted in this run before the barrier.
     pub rows_read: u64,
@@ -156,23 +159,34 @@ impl TaskCore {
         rows_read: u64,
     ) -> Result<()> {
         let began = Instant::now();
-        let mut states = self.chain.snapshot()?;
-        states.extend(extra);
+        let snapshot = self.chain.snapshot()?;
+        let mut states = snapshot.states;
+        let subtask = self.chain.subtask;
+        let carried = snapshot
+            .carried
+            .iter()
+            .map(|uid| (uid.to_string(), subtask))
+            .collect();
         let (commits, sink_state) = self.pre_commit(checkpoint).await?;
-        states.extend(sink_state);
+        let whole = |(uid, batch)| OperatorState {
+            uid,
+            batch,
+            delta: false,
+        };
+        states.extend(extra.into_iter().chain(sink_state).map(whole));
         let snapshot = began.elapsed();
         if let Tail::Channels(output) = &mut self.tail {
             output.broadcast(Message::Barrier(checkpoint)).await?;
         }
         let store = self.store.clone();
         let events = self.events.clone();
-        let subtask = self.chain.subtask;
         tokio::spawn(async move {
             let uploading = Instant::now();
             let result = upload(&store, checkpoint, subtask, states)
                 .await
                 .map(|blobs| AckData {
                     blobs,
+                    carried,
                     commits,
                     rows_read,
                     timing: TaskTiming {
@@ -206,6 +220,7 @@ impl TaskCore {
         let data = AckData {
             commits,
             blobs: Vec::new(),
+            carried: Vec::new(),
             rows_read,
             timing: TaskTiming {
                 began,
@@ -225,13 +240,13 @@ async fn upload(
     store: &StateStore,
     checkpoint: CheckpointId,
     subtask: usize,
-    states: Vec<(Arc<str>, RecordBatch)>,
+    states: Vec<OperatorState>,
 ) -> Result<Vec<BlobRecord>> {
     let mut blobs = Vec::with_capacity(states.len());
-    for (uid, state) in states {
+    for OperatorState { uid, batch, delta } in states {
         // Encoding a large state is CPU work: keep it off the async workers.
-        let buffer = store.blob_buffer(state.get_array_memory_size());
-        let bytes = tokio::task::spawn_blocking(move || blob::encode_into(&state, buffer))
+        let buffer = store.blob_buffer(batch.get_array_memory_size());
+        let bytes = tokio::task::spawn_blocking(move || blob::encode_into(&batch, buffer))
             .await
             .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))?
             .map_err(|e| e.in_operator(&uid, subtask))?;
@@ -239,7 +254,7 @@ async fn upload(
             .put_blob(checkpoint, &uid, subtask, bytes)
             .await
             .map_err(|e| e.in_operator(&uid, subtask))?;
-        blobs.push(blob);
+        blobs.push(BlobRecord { delta, ..blob });
     }
     Ok(blobs)
 }

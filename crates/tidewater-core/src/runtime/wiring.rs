@@ -18,8 +18,9 @@ use super::progress::Progress;
 use super::restore::Restored;
 use super::task::{SourceTask, SplitState, Tail, TaskCore, run_input_task};
 use crate::checkpoint::StateStore;
+use crate::checkpoint::incremental::ChainLength;
 use crate::checkpoint::restore::check_splits;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::events::{InternalEvent, OperatorMeter, SourceStartsOver};
 use crate::ids::Epoch;
 use crate::operator::{Operator, TaskContext};
@@ -55,6 +56,24 @@ pub(crate) struct Setup<'a> {
     pub(crate) epoch: Epoch,
     /// The job's key groups (its manifest's, or the configured count).
     pub(crate) key_groups: u32,
+}
+
+/// Whether a stateful operator tracks its changes for incremental
+/// checkpoints; one that says so without one row per key is refused.
+fn tracks_changes(operator: &mut dyn Operator, uid: &str) -> Result<bool> {
+    if operator.state_version().is_none() || !operator.track_changes() {
+        return Ok(false);
+    }
+    if operator.state_keys().is_none() {
+        return Err(Error::InvalidPipeline(format!(
+            "operator '{uid}' (kind '{}') tracks its changes for incremental checkpoints \
+             (Operator::track_changes) but does not name its state's key columns \
+             (Operator::state_keys): a delta can only be applied by key; return the key \
+             columns, or false from track_changes",
+            operator.kind()
+        )));
+    }
+    Ok(true)
 }
 
 /// Creates the channels between chains and spawns one task per chain subtask.
@@ -142,11 +161,18 @@ pub(crate) async fn wire(
                             .restore(state.clone())
                             .map_err(|e| e.in_operator(&uid, subtask))?;
                     }
+                    let incremental = match config.incremental() {
+                        Some(policy) if tracks_changes(&mut *operator, &uid)? => {
+                            Some((policy, ChainLength::default()))
+                        }
+                        _ => None,
+                    };
                     let meter = OperatorMeter::new(&job.name, &uid, subtask);
                     chained.push(ChainedOperator {
                         uid,
                         operator,
                         meter,
+                        incremental,
                     });
                 }
             }

@@ -97,6 +97,21 @@ impl AccumulatorTable {
         }
     }
 
+    /// Appends accumulator `slot` of each of `groups`, in that order, to
+    /// `columns[slot]`.
+    pub fn columns_of(&self, groups: &[u32], columns: &mut [Vec<u64>]) {
+        let width = 1usize << self.shift;
+        for column in columns.iter_mut() {
+            column.reserve(groups.len());
+        }
+        for &group in groups {
+            let row = &self.words[(group as usize) << self.shift..][..width];
+            for (column, word) in columns.iter_mut().zip(row) {
+                column.push(*word);
+            }
+        }
+    }
+
     /// Sets accumulator `slot` of groups `0..` from `values`.
     pub fn set_column<T: Word>(&mut self, slot: usize, values: impl Iterator<Item = T>) {
         for (row, value) in self.words.chunks_exact_mut(1 << self.shift).zip(values) {

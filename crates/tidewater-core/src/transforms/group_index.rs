@@ -217,6 +217,33 @@ impl GroupIndex {
     }
 }
 
+impl GroupIndex {
+    /// The key columns of `groups` only, one row per group in that order.
+    pub fn key_columns_of(&self, groups: &[u32]) -> Result<Vec<ArrayRef>> {
+        match self {
+            GroupIndex::Int64 {
+                keys, null_group, ..
+            } => {
+                // The null group takes a number but no place in `keys`.
+                let key = |g: u32| match *null_group {
+                    Some(null) if g == null => None,
+                    Some(null) if g > null => Some(keys[g as usize - 1]),
+                    _ => Some(keys[g as usize]),
+                };
+                let column: Int64Array = groups.iter().map(|g| key(*g)).collect();
+                Ok(vec![Arc::new(column)])
+            }
+            GroupIndex::Rows {
+                converter, keys, ..
+            } => {
+                let parser = converter.parser();
+                let rows = groups.iter().map(|g| parser.parse(&keys[*g as usize]));
+                Ok(converter.convert_rows(rows)?)
+            }
+        }
+    }
+}
+
 /// Grows the direct table so that it covers `key`, when the key is
 /// non-negative and the table stays dense enough; moves the map's keys that
 /// the grown table covers into it. Returns whether `key` now has a slot.

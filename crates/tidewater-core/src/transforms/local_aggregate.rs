@@ -19,7 +19,7 @@ use arrow::array::RecordBatch;
 
 use super::aggregate::{AggregateOperator, AggregateSpec};
 use crate::error::Result;
-use crate::operator::{Collector, Operator};
+use crate::operator::{Collector, Operator, StateChanges};
 
 /// Groups held before the partials go on: 1Mi groups of an Int64 key and
 /// three aggregates take ~45 MiB per subtask (key, slot and a 32-byte
@@ -49,6 +49,9 @@ pub(crate) struct LocalAggregateOperator {
     /// first batch. They are not aggregated into the table: after a rescale
     /// one subtask may restore the same key from several old subtasks.
     restored: Option<RecordBatch>,
+    /// Groups went on downstream since the last snapshot: a delta cannot
+    /// say they are gone, so the next snapshot is whole.
+    dropped_groups: bool,
 }
 
 impl LocalAggregateOperator {
@@ -78,11 +81,13 @@ impl LocalAggregateOperator {
             min_rows_per_group: MIN_ROWS_PER_GROUP,
             passing_through: false,
             restored: None,
+            dropped_groups: false,
         })
     }
 
     fn flush(&mut self, out: &mut Collector) -> Result<()> {
         self.rows_since_flush = 0;
+        self.dropped_groups = true;
         self.groups.emit_and_clear(out)
     }
 }
@@ -94,6 +99,7 @@ impl Operator for LocalAggregateOperator {
 
     fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
         if let Some(partials) = self.restored.take() {
+            self.dropped_groups = true;
             out.emit(partials);
         }
         if self.passing_through {
@@ -122,6 +128,7 @@ impl Operator for LocalAggregateOperator {
     }
 
     fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        self.dropped_groups = false;
         // Not handed on yet, so no batch came since the restore: the table
         // is empty, and the restored partials are all there is.
         if let Some(partials) = &self.restored {
@@ -132,6 +139,19 @@ impl Operator for LocalAggregateOperator {
             return Ok(None);
         }
         self.groups.snapshot()
+    }
+
+    fn track_changes(&mut self) -> bool {
+        self.groups.track_changes()
+    }
+
+    /// The groups updated since the last snapshot, unless groups went on
+    /// downstream since (a flush, or the restored partials): then all.
+    fn snapshot_changes(&mut self) -> Result<StateChanges> {
+        if self.dropped_groups || self.restored.is_some() || self.passing_through {
+            return Ok(StateChanges::Whole(self.snapshot()?));
+        }
+        self.groups.snapshot_changes()
     }
 
     /// Partial groups, one row each: split by key group on a rescale like

@@ -130,6 +130,18 @@ where
         Arc::new(PrimitiveArray::<T>::new(values, nulls))
     }
 
+    /// The output column of `groups` only, from their words in that order.
+    pub(super) fn to_array_of(&self, values: Buffer, groups: &[u32]) -> ArrayRef {
+        let nulls = (self.unseen > 0).then(|| {
+            groups
+                .iter()
+                .map(|g| self.seen[*g as usize])
+                .collect::<NullBuffer>()
+        });
+        let values = ScalarBuffer::new(values, 0, groups.len());
+        Arc::new(PrimitiveArray::<T>::new(values, nulls))
+    }
+
     pub(super) fn restore(&mut self, table: &mut AccumulatorTable, array: &ArrayRef) -> Result<()> {
         let array = array.as_primitive_opt::<T>().ok_or_else(|| {
             Error::Corrupt(format!(
@@ -389,6 +401,15 @@ impl Accumulator {
             }
             Accumulator::Int(n) => n.to_array(values),
             Accumulator::Float(n) => n.to_array(values),
+        }
+    }
+
+    /// The output column of `groups` only (see [`to_array`](Self::to_array)).
+    pub(super) fn to_array_of(&self, values: Buffer, groups: &[u32]) -> ArrayRef {
+        match self {
+            Accumulator::Int(n) => n.to_array_of(values, groups),
+            Accumulator::Float(n) => n.to_array_of(values, groups),
+            counts => counts.to_array(values, groups.len()),
         }
     }
 

@@ -9,6 +9,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
 use super::super::accumulator_table::AccumulatorTable;
+use super::super::changed_groups::ChangedGroups;
 use super::super::group_index::GroupIndex;
 use super::super::row_update::{RowOp, update_rows};
 use super::super::spare_columns::SpareColumns;
@@ -16,7 +17,7 @@ use super::accumulator::*;
 use super::spec::{AggregateExpr, AggregateFunction, AggregateSpec};
 use super::state::check_same_types;
 use crate::error::{Error, Result};
-use crate::operator::{Collector, Operator};
+use crate::operator::{Collector, Operator, StateChanges};
 
 /// Rows per batch emitted at the end of input.
 const OUTPUT_BATCH_ROWS: usize = 65_536;
@@ -65,6 +66,9 @@ pub struct AggregateOperator {
     pub(super) scratch: Vec<u32>,
     /// Output column memory kept across snapshots.
     pub(super) spare: SpareColumns,
+    /// The groups changed since the last snapshot, when incremental
+    /// checkpoints track them.
+    pub(super) changed: Option<ChangedGroups>,
 }
 
 impl AggregateOperator {
@@ -88,6 +92,7 @@ impl AggregateOperator {
             groups: None,
             scratch: Vec::new(),
             spare: SpareColumns::default(),
+            changed: None,
         })
     }
 
@@ -166,6 +171,10 @@ impl AggregateOperator {
         self.finish(out)?;
         self.groups = None;
         self.layout = None;
+        // Group numbers start over: marks of the old groups mean nothing.
+        if let Some(changed) = &mut self.changed {
+            changed.clear();
+        }
         Ok(())
     }
 
@@ -276,6 +285,9 @@ impl Operator for AggregateOperator {
             .collect();
         groups.index.assign(&keys, &mut self.scratch)?;
         let n_groups = groups.index.len();
+        if let Some(changed) = &mut self.changed {
+            changed.mark(&self.scratch, n_groups);
+        }
         groups.table.resize(n_groups);
         let mut inputs = Vec::with_capacity(groups.accumulators.len());
         for (i, accumulator) in groups.accumulators.iter_mut().enumerate() {
@@ -334,7 +346,23 @@ impl Operator for AggregateOperator {
     }
 
     fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
+        if let Some(changed) = &mut self.changed {
+            changed.clear();
+        }
         self.output()
+    }
+
+    fn track_changes(&mut self) -> bool {
+        self.changed = Some(ChangedGroups::default());
+        true
+    }
+
+    fn snapshot_changes(&mut self) -> Result<StateChanges> {
+        let Some(changed) = &mut self.changed else {
+            return Ok(StateChanges::Whole(self.snapshot()?));
+        };
+        let groups = changed.take();
+        Ok(StateChanges::Changed(self.output_of(&groups)?))
     }
 
     /// One row per group, the keys first under their own names.

@@ -28,6 +28,21 @@ impl AggregateOperator {
         Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
     }
 
+    /// The rows of `groups` only, in that order, laid out as
+    /// [`output`](Self::output)'s.
+    pub(super) fn output_of(&self, wanted: &[u32]) -> Result<Option<RecordBatch>> {
+        let Some(groups) = &self.groups else {
+            return Ok(None);
+        };
+        let mut columns = groups.index.key_columns_of(wanted)?;
+        let mut words: Vec<Vec<u64>> = groups.accumulators.iter().map(|_| Vec::new()).collect();
+        groups.table.columns_of(wanted, &mut words);
+        for (accumulator, words) in groups.accumulators.iter().zip(words) {
+            columns.push(accumulator.to_array_of(words.into(), wanted));
+        }
+        Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
+    }
+
     /// Rebuilds the groups from a batch that [`output`](Self::output) made.
     pub(super) fn restore_state(&mut self, state: RecordBatch) -> Result<()> {
         // The state's schema stands in for the input's until the first batch:

@@ -1,0 +1,301 @@
+//! Incremental checkpoints under the tests of the full ones: kill -9 at
+//! random instants while chains of deltas grow (and retention deletes old
+//! checkpoints), crashes at the protocol's instants, and a corrupt delta in
+//! the middle of a chain. The output must be exact every time.
+//!
+//! The job is the backfill example's aggregate, slowed down so that few keys
+//! change between two checkpoints: the pre-aggregation beside each source
+//! holds its partial groups across checkpoints and writes only the changed
+//! ones.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Backfill, Rng, assert_aggregate_output, kill_randomly_until_complete, text};
+
+const ROWS: u64 = 600_000;
+const KEYS: u64 = 200_000;
+
+/// The aggregate at 100k rows/s in all, with a checkpoint every 50 ms: a
+/// batch of 8,192 rows reaches a source subtask's pre-aggregation about
+/// every fourth checkpoint, so its deltas hold a few thousand keys, most of
+/// them new, and its base all it saw since its chain began. A chain grows
+/// to its 11 deltas (`--full-checkpoint-every 12`) once the base holds ten
+/// deltas' worth, about a second into a run; before, it starts over as soon
+/// as its deltas hold as many rows as its base.
+fn incremental_job(dir: &Path, rows: u64) -> Backfill {
+    Backfill {
+        interval: "50ms",
+        extra: [
+            "--incremental",
+            "--full-checkpoint-every=12",
+            "--rows-per-second=100000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        ..Backfill::new(dir, "aggregate", rows, KEYS)
+    }
+}
+
+/// A blob as a manifest lists it: the folder it is in, its path, and
+/// whether it is a delta.
+struct Listed {
+    subtask_of: (String, u64),
+    folder: u64,
+    path: String,
+    delta: bool,
+}
+
+fn checkpoint_id(manifest: &Path) -> u64 {
+    manifest
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("chk-"))
+        .and_then(|n| n.parse().ok())
+        .expect("a checkpoint folder name")
+}
+
+/// The blobs a manifest lists, or `None` when it cannot be read (it may be
+/// being written, or deleted, as we look).
+fn listed(manifest: &Path) -> Option<Vec<Listed>> {
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(manifest).ok()?).ok()?;
+    let own = checkpoint_id(manifest);
+    let blobs = json["blobs"].as_array()?;
+    Some(
+        blobs
+            .iter()
+            .map(|b| Listed {
+                subtask_of: (
+                    b["uid"].as_str().unwrap_or_default().to_string(),
+                    b["subtask"].as_u64().unwrap_or_default(),
+                ),
+                folder: b["written_in"].as_u64().unwrap_or(own),
+                path: b["path"].as_str().unwrap_or_default().to_string(),
+                delta: b["delta"].as_bool().unwrap_or(false),
+            })
+            .collect(),
+    )
+}
+
+/// The longest chain of deltas a manifest lists for one operator subtask.
+fn longest_chain(blobs: &[Listed]) -> usize {
+    let mut deltas: BTreeMap<&(String, u64), usize> = BTreeMap::new();
+    for blob in blobs.iter().filter(|b| b.delta) {
+        *deltas.entry(&blob.subtask_of).or_default() += 1;
+    }
+    deltas.values().copied().max().unwrap_or(0)
+}
+
+fn blob_file(job: &Backfill, blob: &Listed) -> PathBuf {
+    job.state
+        .join("backfill")
+        .join(format!("chk-{:020}", blob.folder))
+        .join(&blob.path)
+}
+
+/// Every blob every complete checkpoint lists is there: retention deleted
+/// nothing a retained checkpoint needs.
+fn assert_every_listed_blob_exists(job: &Backfill) {
+    for manifest in job.manifests() {
+        let blobs = listed(&manifest).expect("a manifest at rest is readable");
+        for blob in &blobs {
+            let file = blob_file(job, blob);
+            assert!(
+                file.exists(),
+                "checkpoint {} lists {} (in checkpoint {}), which is gone",
+                checkpoint_id(&manifest),
+                blob.path,
+                blob.folder
+            );
+        }
+    }
+}
+
+#[test]
+fn random_kills_during_long_chains_of_deltas_leave_the_output_exact() {
+    // About 15 s of work at the job's rate, killed at up to 3 s into each
+    // run: most runs grow a chain past 10 deltas before the kill.
+    const KILLS: usize = 10;
+    const KILL_ROWS: u64 = 3_000_000;
+    let mut rng = Rng::from_time();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let job = incremental_job(dir.path(), KILL_ROWS);
+
+    // Watches the newest manifests for the longest chain while the runs go.
+    let stop = Arc::new(AtomicBool::new(false));
+    let longest = Arc::new(AtomicUsize::new(0));
+    let watcher = {
+        let (job, stop, longest) = (job.clone(), stop.clone(), longest.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(blobs) = job.manifests().last().and_then(|m| listed(m)) {
+                    longest.fetch_max(longest_chain(&blobs), Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(15));
+            }
+        })
+    };
+    let (output, kills) = kill_randomly_until_complete(
+        || job.command(),
+        KILLS,
+        Duration::from_millis(3000),
+        &mut rng,
+        || assert_every_listed_blob_exists(&job),
+    );
+    stop.store(true, Ordering::Relaxed);
+    watcher.join().expect("watcher");
+    assert!(
+        output.status.success(),
+        "final run failed:\n{}",
+        text(&output)
+    );
+    eprintln!(
+        "completed after {kills} kills; longest chain seen: {} deltas",
+        longest.load(Ordering::Relaxed)
+    );
+    assert!(
+        kills >= KILLS / 2,
+        "only {kills} kills landed before the job ended"
+    );
+    assert_aggregate_output(&job.out, KILL_ROWS, KEYS);
+    assert!(
+        longest.load(Ordering::Relaxed) >= 10,
+        "no chain of 10 deltas was seen: the test did not exercise long chains"
+    );
+}
+
+fn crash_at(point: &str, checkpoint: u64) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let job = incremental_job(dir.path(), 200_000);
+    let crashed = job
+        .command()
+        .env("TIDEWATER_FAILPOINT", format!("{point}@{checkpoint}"))
+        .output()
+        .expect("run with failpoint");
+    assert!(
+        !crashed.status.success() && String::from_utf8_lossy(&crashed.stderr).contains("failpoint"),
+        "the failpoint {point}@{checkpoint} did not fire:\n{}",
+        text(&crashed)
+    );
+    let resumed = job.run();
+    assert!(
+        resumed.status.success(),
+        "restart after {point} failed:\n{}",
+        text(&resumed)
+    );
+    // From the chain the crash left, not from an earlier checkpoint or the start.
+    assert!(
+        String::from_utf8_lossy(&resumed.stdout).contains("resumed from checkpoint")
+            && !String::from_utf8_lossy(&resumed.stderr).contains("unusable"),
+        "the restart after {point} did not resume from the newest checkpoint:\n{}",
+        text(&resumed)
+    );
+    assert_aggregate_output(&job.out, 200_000, KEYS);
+}
+
+#[test]
+fn crashes_at_the_protocol_instants_of_a_delta_checkpoint_recover_exactly() {
+    // Checkpoint 6 is the fifth delta of the run's first chain.
+    for point in ["before-manifest", "after-manifest", "after-commit"] {
+        crash_at(point, 6);
+    }
+}
+
+#[test]
+fn a_corrupt_delta_in_the_middle_of_a_chain_falls_back_to_the_checkpoint_before_it() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // Every checkpoint kept: by default only the newest three are, and
+    // they all share the chain, so none before the damaged delta is left.
+    let mut job = incremental_job(dir.path(), ROWS);
+    job.extra.push("--retain=1000".into());
+
+    // Run until the newest checkpoint has a chain of at least 10 deltas.
+    let mut child = job.spawn();
+    let chain = loop {
+        assert!(
+            child.try_wait().expect("poll").is_none(),
+            "the job ended before a chain of 10 deltas"
+        );
+        let chains = job.manifests().last().and_then(|newest| {
+            let blobs = listed(newest)?;
+            (longest_chain(&blobs) >= 10).then_some(blobs)
+        });
+        if let Some(blobs) = chains {
+            break blobs;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    child.kill().expect("SIGKILL");
+    child.wait().expect("wait");
+
+    // The middle delta of the longest chain.
+    let longest = chain
+        .iter()
+        .filter(|b| b.delta)
+        .map(|b| &b.subtask_of)
+        .max_by_key(|s| {
+            chain
+                .iter()
+                .filter(|b| b.delta && b.subtask_of == **s)
+                .count()
+        })
+        .expect("a chain");
+    let deltas: Vec<&Listed> = chain
+        .iter()
+        .filter(|b| b.delta && b.subtask_of == *longest)
+        .collect();
+    let victim = deltas[deltas.len() / 2];
+    let file = blob_file(&job, victim);
+    let mut bytes = std::fs::read(&file).expect("the delta");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&file, bytes).expect("write");
+
+    // Every complete checkpoint from the damaged delta's on lists it.
+    let needing: BTreeSet<u64> = job
+        .manifests()
+        .iter()
+        .map(|m| checkpoint_id(m))
+        .filter(|id| *id >= victim.folder)
+        .collect();
+    let summary_path = dir.path().join("summary.json");
+    let resumed = job
+        .command()
+        .arg("--summary-json")
+        .arg(&summary_path)
+        .output()
+        .expect("resume");
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    let stderr = String::from_utf8_lossy(&resumed.stderr);
+    assert!(
+        stderr.contains("WARN") && stderr.contains("checksum"),
+        "the fallback is warned of:\n{stderr}"
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&summary_path).expect("summary")).expect("json");
+    let fallbacks: BTreeSet<u64> = summary["fallbacks"]
+        .as_array()
+        .expect("fallbacks")
+        .iter()
+        .filter_map(|f| f["checkpoint"].as_u64())
+        .collect();
+    assert_eq!(
+        fallbacks, needing,
+        "passed over exactly the checkpoints that need delta {} of checkpoint {}: {summary}",
+        victim.path, victim.folder
+    );
+    // The chain before the damaged delta is complete and retained.
+    let before = format!("resumed from checkpoint {},", victim.folder - 1);
+    assert!(
+        String::from_utf8_lossy(&resumed.stdout).contains(&before),
+        "not {before}\n{}",
+        text(&resumed)
+    );
+    assert_aggregate_output(&job.out, ROWS, KEYS);
+}
