@@ -5,13 +5,18 @@
 //! - one hop of a batch through a bounded tokio channel
 //! - snapshot of a 1M-key aggregate state (copy + Arrow IPC encode)
 //! - restore of that state (checksum, decode, rebuild the hash map)
+//! - restore of the same state from a base and 19 deltas (checksum and
+//!   decode each, apply the deltas by key, rebuild): the longest chain the
+//!   default policy writes, with deltas as large as it lets them grow
 
 use std::hint::black_box;
 use std::sync::Arc;
 
-use arrow::array::RecordBatch;
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::take_record_batch;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use tidewater::checkpoint::blob;
+use tidewater::checkpoint::deltas::apply_deltas;
 use tidewater::partition::{DEFAULT_KEY_GROUPS, KeyGroups, partition_batch};
 use tidewater::transforms::aggregate::AggregateOperator;
 use tidewater::{AggregateSpec, Collector, GeneratorSource, Operator};
@@ -135,7 +140,52 @@ fn snapshots(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
+    for (deltas, rows_each) in [(19, 50_000u64), (19, 5_000)] {
+        let chain = chain_of(&state, deltas, rows_each);
+        group.bench_function(
+            format!("restore_base_and_{deltas}_deltas_of_{rows_each}"),
+            |b| {
+                b.iter_batched(
+                    aggregate,
+                    |mut fresh| {
+                        let mut decoded = chain
+                            .iter()
+                            .map(|(bytes, crc)| blob::decode_verified(bytes, *crc, "bench"))
+                            .collect::<tidewater::Result<Vec<_>>>()
+                            .expect("decode");
+                        let base = decoded.remove(0);
+                        let state = apply_deltas(base, &decoded, &["k".into()]).expect("apply");
+                        fresh.restore(state).expect("restore");
+                        fresh
+                    },
+                    BatchSize::LargeInput,
+                )
+            },
+        );
+    }
     group.finish();
+}
+
+/// `state` encoded as the base of a chain, then `deltas` deltas of
+/// `rows_each` of its keys each, drawn at random (keys repeat across
+/// deltas, as keys updated again do): what a restore reads.
+fn chain_of(state: &RecordBatch, deltas: usize, rows_each: u64) -> Vec<(Vec<u8>, u32)> {
+    let encoded = |batch: &RecordBatch| {
+        let bytes = blob::encode(batch).expect("encode").to_vec();
+        let crc = blob::checksum(&bytes);
+        (bytes, crc)
+    };
+    let rows = state.num_rows() as u64;
+    let mut chain = vec![encoded(state)];
+    for d in 0..deltas as u64 {
+        let indices: UInt32Array = (0..rows_each)
+            .map(|i| (tidewater::splitmix64(d * rows_each + i) % rows) as u32)
+            .collect::<std::collections::BTreeSet<u32>>()
+            .into_iter()
+            .collect();
+        chain.push(encoded(&take_record_batch(state, &indices).expect("take")));
+    }
+    chain
 }
 
 criterion_group!(benches, kernels, snapshots);

@@ -19,6 +19,7 @@
 mod copy_transform;
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -76,6 +77,11 @@ struct Args {
     /// slow runs change few keys between checkpoints.
     #[arg(long)]
     rows_per_second: Option<f64>,
+    /// With --rows-per-second: read this many rows first as fast as they
+    /// go (to build up keyed state), then hold the rate. Counted again from
+    /// zero by every run of the job.
+    #[arg(long, default_value_t = 0, requires = "rows_per_second")]
+    throttle_after_rows: u64,
     #[command(flatten)]
     run: RunArgs,
 }
@@ -84,7 +90,10 @@ fn build(args: &Args) -> anyhow::Result<Job> {
     let pipeline = Pipeline::new("backfill").with_parallelism(args.run.parallelism);
     let mut rows = pipeline.source("generator", GeneratorSource::new(args.rows, args.keys));
     if let Some(rate) = args.rows_per_second {
-        rows = rows.throttle(tidewater::RateLimit::new(rate));
+        rows = rows.throttle(AfterRows {
+            unthrottled: AtomicU64::new(args.throttle_after_rows),
+            limit: tidewater::RateLimit::new(rate),
+        });
     }
     let sink = ParquetSink::open(&args.out)
         .with_context(|| format!("opening --out {}", args.out))?
@@ -109,6 +118,32 @@ fn build(args: &Args) -> anyhow::Result<Job> {
         }
     }
     Ok(pipeline.build()?)
+}
+
+/// A rate limit that lets its first `unthrottled` rows through at once.
+struct AfterRows {
+    /// Rows still to let through unthrottled.
+    unthrottled: AtomicU64,
+    limit: tidewater::RateLimit,
+}
+
+#[async_trait::async_trait]
+impl tidewater::Throttle for AfterRows {
+    async fn admit(&self, rows: u64) -> Result<()> {
+        let free = self
+            .unthrottled
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                (left > 0).then(|| left.saturating_sub(rows))
+            });
+        match free {
+            Ok(_) => Ok(()),
+            Err(_) => self.limit.admit(rows).await,
+        }
+    }
+
+    fn why_waiting(&self) -> Option<String> {
+        self.limit.why_waiting()
+    }
 }
 
 /// The hand-fused reference: the same work, no framework.

@@ -8,6 +8,7 @@
 #   bash scripts/bench.sh duckdb     # Parquet GROUP BY beside DuckDB (installs duckdb from PyPI)
 #   bash scripts/bench.sh cli        # the copy job as a spec beside the backfill example,
 #                                    # and beside itself with a dead-letter output
+#   bash scripts/bench.sh incremental # 10M keys, 1% updated a second: incremental against full
 #
 # Results go to bench-results/ (CSV, plots); docs/benchmarks.md quotes them.
 set -euo pipefail
@@ -68,4 +69,10 @@ if [[ $what == all || $what == cli ]]; then
   # What a dead-letter output costs when no row fails.
   python3 scripts/cli_bench.py --rows "${CLI_ROWS:-200000000}" --repeat "${REPEAT:-5}" \
     --against dead-letter --out "$out/cli-dead-letter" | tee "$out/cli-dead-letter.txt"
+fi
+
+if [[ $what == all || $what == incremental ]]; then
+  mkdir -p "$out"
+  python3 scripts/incremental_bench.py --repeat "${REPEAT:-3}" --seconds 35 --tail 25 \
+    | tee "$out/incremental.txt"
 fi

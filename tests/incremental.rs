@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Backfill, Rng, assert_aggregate_output, kill_randomly_until_complete, text};
+use common::{
+    Backfill, Rng, assert_aggregate_output, checkpoint_id, kill_randomly_until_complete, text,
+};
 
 const ROWS: u64 = 600_000;
 const KEYS: u64 = 200_000;
@@ -49,16 +51,6 @@ struct Listed {
     folder: u64,
     path: String,
     delta: bool,
-}
-
-fn checkpoint_id(manifest: &Path) -> u64 {
-    manifest
-        .parent()
-        .and_then(|p| p.file_name())
-        .and_then(|n| n.to_str())
-        .and_then(|n| n.strip_prefix("chk-"))
-        .and_then(|n| n.parse().ok())
-        .expect("a checkpoint folder name")
 }
 
 /// The blobs a manifest lists, or `None` when it cannot be read (it may be
@@ -264,21 +256,12 @@ fn a_corrupt_delta_in_the_middle_of_a_chain_falls_back_to_the_checkpoint_before_
         .map(|m| checkpoint_id(m))
         .filter(|id| *id >= victim.folder)
         .collect();
-    let summary_path = dir.path().join("summary.json");
-    let resumed = job
-        .command()
-        .arg("--summary-json")
-        .arg(&summary_path)
-        .output()
-        .expect("resume");
-    assert!(resumed.status.success(), "{}", text(&resumed));
+    let (resumed, summary) = job.run_with_summary();
     let stderr = String::from_utf8_lossy(&resumed.stderr);
     assert!(
         stderr.contains("WARN") && stderr.contains("checksum"),
         "the fallback is warned of:\n{stderr}"
     );
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&summary_path).expect("summary")).expect("json");
     let fallbacks: BTreeSet<u64> = summary["fallbacks"]
         .as_array()
         .expect("fallbacks")

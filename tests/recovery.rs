@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{Backfill, assert_aggregate_output, assert_copy_output, text};
+use common::{Backfill, assert_aggregate_output, assert_copy_output, checkpoint_id, text};
 
 const ROWS: u64 = 6_000_000;
 /// Aggregate mode runs several times faster than copy mode: it gets more rows,
@@ -119,23 +119,8 @@ fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
         flip_a_byte(&blobs[0]);
 
         // The run's summary says which checkpoint it passed over, and why.
-        let summary_path = dir.path().join("summary.json");
-        let resumed = job
-            .command()
-            .arg("--summary-json")
-            .arg(&summary_path)
-            .output()
-            .unwrap();
-        assert!(resumed.status.success(), "{}", text(&resumed));
-        let summary: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&summary_path).unwrap()).unwrap();
-        let newest_id: u64 = newest
-            .parent()
-            .and_then(|p| p.file_name())
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("chk-"))
-            .and_then(|n| n.parse().ok())
-            .expect("a checkpoint folder name");
+        let (_, summary) = job.run_with_summary();
+        let newest_id = checkpoint_id(&newest);
         let fallbacks = summary["fallbacks"].as_array().expect("fallbacks");
         assert_eq!(fallbacks.len(), 1, "{summary}");
         assert_eq!(fallbacks[0]["checkpoint"], newest_id, "{summary}");

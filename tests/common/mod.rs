@@ -145,6 +145,24 @@ impl Backfill {
             .expect("running the backfill example")
     }
 
+    /// Runs to the end with `--summary-json`; returns the output and the
+    /// summary (the run must have succeeded).
+    pub fn run_with_summary(&self) -> (Output, serde_json::Value) {
+        let path = self.state.with_file_name("summary.json");
+        let output = self
+            .command()
+            .arg("--summary-json")
+            .arg(&path)
+            .output()
+            .expect("running the backfill example");
+        assert!(output.status.success(), "{}", text(&output));
+        let summary = std::fs::read(&path).expect("the run's summary");
+        (
+            output,
+            serde_json::from_slice(&summary).expect("summary JSON"),
+        )
+    }
+
     /// Completed checkpoints (those with a manifest) in the state folder.
     pub fn manifests(&self) -> Vec<PathBuf> {
         let job = self.state.join("backfill");
@@ -175,6 +193,17 @@ impl Backfill {
         }
         false
     }
+}
+
+/// The id of the checkpoint whose `_MANIFEST.json` is at `manifest`.
+pub fn checkpoint_id(manifest: &Path) -> u64 {
+    manifest
+        .parent()
+        .and_then(|p| p.file_name())
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("chk-"))
+        .and_then(|n| n.parse().ok())
+        .expect("a checkpoint folder name")
 }
 
 pub fn text(output: &Output) -> String {

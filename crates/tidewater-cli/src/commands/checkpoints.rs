@@ -83,7 +83,7 @@ async fn list(state: &str, job: Option<String>, retain: usize) -> anyhow::Result
             .await
             .with_context(|| format!("listing the checkpoints of job {job}"))?;
         let retention = store
-            .retention(retain)
+            .retention(retain, &mut Default::default())
             .await
             .with_context(|| format!("reading the retained checkpoints of job {job}"))?;
         println!("job {job}: {} checkpoints", complete.len());

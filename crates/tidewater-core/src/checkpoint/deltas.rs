@@ -1,12 +1,15 @@
 //! Applying an incremental chain: a base state batch and the deltas after
 //! it, one row per key, merged into the state the chain stands for.
 
-use arrow::array::{ArrayRef, BooleanArray};
-use arrow::compute::{concat_batches, filter_record_batch, interleave_record_batch};
+use std::hash::Hash;
+
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use arrow::compute::{concat_batches, filter_record_batch, max, min};
+use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
 use arrow::row::{RowConverter, Rows, SortField};
 use foldhash::fast::RandomState;
-use hashbrown::HashMap;
+use hashbrown::HashSet;
 
 use crate::error::{Error, Result};
 
@@ -15,8 +18,9 @@ use crate::error::{Error, Result};
 /// delta's row replaces the base's (or an earlier delta's) row of its key.
 /// The base's surviving rows come first, in their order, then the deltas'.
 ///
-/// Only the deltas' keys are hashed; the base is scanned once against
-/// them, so a short chain costs little more than reading the base.
+/// Only the deltas' keys are hashed, newest delta first (a key already
+/// seen is an older row); the base is scanned once against them, so a
+/// short chain costs little more than reading the base.
 ///
 /// # Examples
 ///
@@ -69,41 +73,123 @@ pub fn apply_deltas(
             })
             .collect()
     };
-    let fields = key_columns(&base)?
+    let base_keys = key_columns(&base)?;
+    let delta_keys = deltas
         .iter()
-        .map(|c| SortField::new(c.data_type().clone()))
-        .collect();
-    let converter = RowConverter::new(fields)?;
-    let delta_rows: Vec<Rows> = deltas
-        .iter()
-        .map(|d| Ok(converter.convert_columns(&key_columns(d)?)?))
-        .collect::<Result<_>>()?;
-
-    // The newest row of each changed key.
-    let mut newest: HashMap<&[u8], (usize, usize), RandomState> = HashMap::default();
-    for (d, rows) in delta_rows.iter().enumerate() {
-        for (r, row) in rows.iter().enumerate() {
-            newest.insert(row.data(), (d, r));
+        .map(|d| key_columns(d))
+        .collect::<Result<Vec<_>>>()?;
+    let (base_kept, deltas_kept) = match single_int64_key(&base_keys, &delta_keys) {
+        // The common key, one Int64 column without nulls: hashed as is.
+        Some((base_key, delta_keys)) => survivors_int64(base_key, &delta_keys),
+        None => {
+            let fields = base_keys
+                .iter()
+                .map(|c| SortField::new(c.data_type().clone()))
+                .collect();
+            let converter = RowConverter::new(fields)?;
+            let delta_rows: Vec<Rows> = delta_keys
+                .iter()
+                .map(|k| converter.convert_columns(k))
+                .collect::<std::result::Result<_, _>>()?;
+            let base_rows = converter.convert_columns(&base_keys)?;
+            survivors(
+                row_keys(&base_rows),
+                delta_rows.iter().map(row_keys).collect(),
+            )
         }
+    };
+    let mut parts = vec![filter_record_batch(&base, &base_kept)?];
+    for (delta, kept) in deltas.iter().zip(&deltas_kept) {
+        parts.push(filter_record_batch(delta, kept)?);
     }
-    let base_rows = converter.convert_columns(&key_columns(&base)?)?;
-    let kept: BooleanArray = base_rows
-        .iter()
-        .map(|row| Some(!newest.contains_key(row.data())))
-        .collect();
-    let kept = filter_record_batch(&base, &kept)?;
+    Ok(concat_batches(&schema, &parts)?)
+}
 
-    // In the deltas' order, so that the result does not depend on hashing.
-    let mut winners = Vec::with_capacity(newest.len());
-    for (d, rows) in delta_rows.iter().enumerate() {
-        for (r, row) in rows.iter().enumerate() {
-            if newest.get(row.data()) == Some(&(d, r)) {
-                winners.push((d, r));
-            }
-        }
-    }
-    let changed = interleave_record_batch(&deltas, &winners)?;
-    Ok(concat_batches(&schema, [&kept, &changed])?)
+/// Which rows of the base and of each delta (oldest first) hold their
+/// key's newest row: a delta's row unless a later delta has its key, a
+/// base row unless any delta has it. Keys are unique within each part.
+fn survivors<K: Hash + Eq, I: Iterator<Item = K>>(
+    base: I,
+    deltas: Vec<I>,
+) -> (BooleanArray, Vec<BooleanArray>) {
+    let mut seen: HashSet<K, RandomState> = HashSet::default();
+    let mut kept: Vec<BooleanArray> = deltas
+        .into_iter()
+        .rev()
+        .map(|keys| keys.map(|k| Some(seen.insert(k))).collect())
+        .collect();
+    kept.reverse();
+    let base = base.map(|k| Some(!seen.contains(&k))).collect();
+    (base, kept)
+}
+
+/// A key range up to this many bits per delta row goes in a bitmap
+/// instead of a hash set (at most 8 bytes a row): keys that count from
+/// zero, or any dense range, the usual integer keys.
+const BITMAP_BITS_PER_ROW: u128 = 64;
+
+/// [`survivors`] of an Int64 key: a bitmap over the deltas' key range
+/// when it is dense enough, a hash set otherwise.
+fn survivors_int64(base: &Int64Array, deltas: &[&Int64Array]) -> (BooleanArray, Vec<BooleanArray>) {
+    let rows: usize = deltas.iter().map(|d| d.len()).sum();
+    let range = deltas
+        .iter()
+        .filter_map(|d| Some((min(*d)?, max(*d)?)))
+        .reduce(|(a, b), (c, d)| (a.min(c), b.max(d)));
+    let Some((low, high)) = range.filter(|(low, high)| {
+        (*high as i128 - *low as i128) as u128 <= rows as u128 * BITMAP_BITS_PER_ROW
+    }) else {
+        return survivors(
+            base.values().iter().copied(),
+            deltas.iter().map(|k| k.values().iter().copied()).collect(),
+        );
+    };
+    let bit = |k: i64| (k as i128 - low as i128) as usize;
+    let mut seen = vec![0u64; bit(high) / 64 + 1];
+    let mut kept: Vec<BooleanArray> = deltas
+        .iter()
+        .rev()
+        .map(|keys| {
+            keys.values()
+                .iter()
+                .map(|k| {
+                    let (word, mask) = (bit(*k) / 64, 1u64 << (bit(*k) % 64));
+                    let new = seen[word] & mask == 0;
+                    seen[word] |= mask;
+                    Some(new)
+                })
+                .collect()
+        })
+        .collect();
+    kept.reverse();
+    let base = base
+        .values()
+        .iter()
+        .map(|k| Some(!(low..=high).contains(k) || seen[bit(*k) / 64] & (1 << (bit(*k) % 64)) == 0))
+        .collect();
+    (base, kept)
+}
+
+/// The key rows of `rows` as bytes.
+fn row_keys(rows: &Rows) -> impl Iterator<Item = &[u8]> {
+    rows.iter().map(|row| row.data())
+}
+
+/// The key columns when they are one Int64 column without nulls, in the
+/// base and in every delta.
+fn single_int64_key<'a>(
+    base: &'a [ArrayRef],
+    deltas: &'a [Vec<ArrayRef>],
+) -> Option<(&'a Int64Array, Vec<&'a Int64Array>)> {
+    let int64 = |keys: &'a [ArrayRef]| match keys {
+        [key] if key.null_count() == 0 => key.as_primitive_opt::<Int64Type>(),
+        _ => None,
+    };
+    let deltas = deltas
+        .iter()
+        .map(|k| int64(k))
+        .collect::<Option<Vec<_>>>()?;
+    Some((int64(base)?, deltas))
 }
 
 #[cfg(test)]
@@ -161,6 +247,40 @@ mod tests {
             .map(|(s, n, v)| (s.to_string(), n, v))
         );
         assert_eq!(apply_deltas(base.clone(), &[], &keys).unwrap(), base);
+    }
+
+    #[test]
+    fn later_rows_of_an_integer_key_win_with_or_without_nulls() {
+        let batch = |k: Vec<Option<i64>>, v: Vec<i64>| {
+            RecordBatch::try_from_iter_with_nullable([
+                ("k", Arc::new(Int64Array::from(k)) as ArrayRef, true),
+                ("v", Arc::new(Int64Array::from(v)) as ArrayRef, false),
+            ])
+            .unwrap()
+        };
+        let pairs = |b: &RecordBatch| {
+            let k = b.column(0).as_primitive::<Int64Type>();
+            let v = b.column(1).as_primitive::<Int64Type>();
+            (0..b.num_rows())
+                .map(|i| (k.is_valid(i).then(|| k.value(i)), v.value(i)))
+                .collect::<Vec<_>>()
+        };
+        // Dense keys without nulls (a bitmap), sparse ones (a hash set of
+        // integers), then with a null key (as rows).
+        for (scale, null) in [(1, Some(9)), (1 << 50, Some(9)), (1, None)] {
+            let k = |k: i64| Some(k * scale);
+            let base = batch(vec![k(1), k(2), null], vec![10, 20, 90]);
+            let deltas = [
+                batch(vec![k(2), k(4), null], vec![21, 40, 91]),
+                batch(vec![k(4), k(5)], vec![41, 50]),
+            ];
+            let merged = apply_deltas(base, &deltas, &["k".into()]).unwrap();
+            assert_eq!(
+                pairs(&merged),
+                [(k(1), 10), (k(2), 21), (null, 91), (k(4), 41), (k(5), 50)],
+                "keys times {scale}, null key {null:?}"
+            );
+        }
     }
 
     #[test]

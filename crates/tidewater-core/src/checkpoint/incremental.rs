@@ -100,11 +100,11 @@ pub fn carried_blobs(
     carried: &[(String, usize)],
 ) -> Result<Vec<BlobRecord>> {
     let mut blobs = Vec::new();
+    let (id, previous) = previous.unwrap_or((CheckpointId(0), &[]));
     for (uid, subtask) in carried {
         let mut found = false;
-        for blob in previous.map_or(&[][..], |(_, blobs)| blobs) {
+        for blob in previous {
             if blob.uid == *uid && blob.subtask == *subtask {
-                let id = previous.map(|(id, _)| id).expect("blobs come with an id");
                 blobs.push(BlobRecord {
                     written_in: Some(blob.written_in.unwrap_or(id)),
                     ..blob.clone()

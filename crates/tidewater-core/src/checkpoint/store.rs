@@ -193,21 +193,35 @@ impl StateStore {
     /// (see [`restore::retention`]). Fails rather than guess when a kept
     /// manifest cannot be read for a reason other than being corrupt (a
     /// corrupt one is never restored, so it needs nothing).
-    pub async fn retention(&self, retain: usize) -> Result<restore::Retention> {
+    ///
+    /// `known` holds the folders each checkpoint's manifest lists, as far
+    /// as the caller knows them (a coordinator knows its own manifests'):
+    /// only the kept manifests missing from it are read, and it is left
+    /// holding the kept ones, so that a running job reads none of its own.
+    pub async fn retention(
+        &self,
+        retain: usize,
+        known: &mut BTreeMap<CheckpointId, BTreeSet<CheckpointId>>,
+    ) -> Result<restore::Retention> {
         let (complete, folders) = self.list_checkpoints().await?;
-        let mut references = BTreeMap::new();
-        if complete.len() > retain {
-            for id in restore::retained(&complete, retain) {
-                match self.read_manifest(id).await {
-                    Ok(manifest) => {
-                        references.insert(id, referenced_folders(&manifest.blobs));
-                    }
-                    Err(Error::Corrupt(_)) => {}
-                    Err(e) => return Err(e),
+        if complete.len() <= retain {
+            return Ok(restore::retention(&complete, &folders, retain, known));
+        }
+        let kept = restore::retained(&complete, retain);
+        known.retain(|id, _| kept.contains(id));
+        for id in kept {
+            if known.contains_key(&id) {
+                continue;
+            }
+            match self.read_manifest(id).await {
+                Ok(manifest) => {
+                    known.insert(id, referenced_folders(&manifest.blobs));
                 }
+                Err(Error::Corrupt(_)) => {}
+                Err(e) => return Err(e),
             }
         }
-        Ok(restore::retention(&complete, &folders, retain, &references))
+        Ok(restore::retention(&complete, &folders, retain, known))
     }
 
     /// Applies retention: the retired manifests first, then the folders

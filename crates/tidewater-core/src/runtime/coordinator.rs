@@ -2,7 +2,7 @@
 //! every task's ack, writes the manifest (the moment the checkpoint exists),
 //! then tells the sinks to commit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -15,7 +15,7 @@ use super::lateness::{DelayLog, late_by};
 use super::progress::{CheckpointPhases, CheckpointStats, Progress};
 use super::task::{Control, Event, TaskTiming};
 use crate::checkpoint::StateStore;
-use crate::checkpoint::incremental::carried_blobs;
+use crate::checkpoint::incremental::{carried_blobs, referenced_folders};
 use crate::checkpoint::manifest::{
     BlobRecord, CheckpointKind, MANIFEST_FORMAT, Manifest, OperatorRecord,
 };
@@ -99,6 +99,9 @@ pub(crate) struct Coordinator {
     /// The blobs of the last manifest this run wrote: incremental chains
     /// that go on carry theirs over.
     pub previous_blobs: Option<(CheckpointId, Vec<BlobRecord>)>,
+    /// The folders each kept checkpoint's manifest lists: retention reads
+    /// only the manifests this run did not write (once each).
+    pub references: BTreeMap<CheckpointId, BTreeSet<CheckpointId>>,
 }
 
 impl Coordinator {
@@ -393,6 +396,8 @@ impl Coordinator {
         self.store.write_manifest(&manifest).await?;
         self.committing = Some(manifest.checkpoint);
         self.previous_blobs = Some((id, manifest.blobs.clone()));
+        self.references
+            .insert(id, referenced_folders(&manifest.blobs));
         let took = flight.started.elapsed();
         phases.manifest = writing.elapsed();
         failpoint::hit("after-manifest", id);
@@ -435,9 +440,12 @@ impl Coordinator {
         Ok(())
     }
 
-    async fn apply_retention(&self) {
+    async fn apply_retention(&mut self) {
         let result = async {
-            let retention = self.store.retention(self.retain).await?;
+            let retention = self
+                .store
+                .retention(self.retain, &mut self.references)
+                .await?;
             self.store.apply_retention(&retention).await
         }
         .await;

@@ -275,6 +275,7 @@ async fn run_once(
         last_completed: restored.checkpoint,
         committing: None,
         previous_blobs: None,
+        references: Default::default(),
     };
     let ending = coordinator.run().await?;
     let summary = |last| Summary {

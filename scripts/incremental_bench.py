@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Incremental checkpoints on a large keyed state that changes a little:
+the backfill example's aggregate over 10M keys, first built up at full
+speed, then fed at a rate that updates about 1% of the keys per second,
+checkpointing every second, with and without incremental checkpoints.
+
+    python3 scripts/incremental_bench.py [--keys 10000000] [--repeat 3]
+
+Each round runs every configuration once (the order rotates per round).
+Per run: the bytes each checkpoint wrote (mean and median over the last
+--tail checkpoints, all after the build-up), the process's CPU seconds
+(user + system from wait4, measured from outside) and peak memory. The
+checkpoint cost is the CPU a second over the same round's run without
+checkpoints, as a share of the machine (2 cores), sampled from /proc while
+the rate holds (from --window-start to 3 s before the end). Needs the
+release example: cargo build --release --example backfill
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# key + count + sum + max, 8 bytes each: the logical size of a key's state.
+ROW_BYTES = 32
+
+
+def run(binary, args, config, work):
+    if os.path.exists(work):
+        shutil.rmtree(work)
+    os.makedirs(work)
+    summary = os.path.join(work, "summary.json")
+    command = [
+        binary, "--mode", "aggregate", "--keys", str(args.keys),
+        "--rows", str(args.warmup_rows + args.rate * args.seconds),
+        "--rows-per-second", str(args.rate), "--throttle-after-rows", str(args.warmup_rows),
+        "--parallelism", "2", "--state", os.path.join(work, "state"),
+        "--out", os.path.join(work, "out"), "--summary-json", summary,
+    ] + config
+    started = time.monotonic()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The process's CPU seconds over time, read from outside, to measure
+    # the rate phase alone (the build-up's CPU varies more than the cost).
+    samples = []
+    while True:
+        try:
+            with open(f"/proc/{child.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            # utime and stime: fields 14 and 15 of stat, 12 and 13 after the name.
+            ticks = int(fields[11]) + int(fields[12])
+            samples.append((time.monotonic() - started, ticks / os.sysconf("SC_CLK_TCK")))
+        except (OSError, IndexError, ValueError):
+            pass
+        pid, status, usage = os.wait4(child.pid, os.WNOHANG)
+        if pid == child.pid:
+            break
+        time.sleep(0.25)
+    wall = time.monotonic() - started
+    child.returncode = status
+    if status != 0:
+        raise SystemExit(f"{' '.join(command)} failed ({status})")
+    with open(summary) as f:
+        s = json.load(f)
+    shutil.rmtree(work)
+    periodic = [c for c in s["checkpoints"] if c["kind"] == "periodic"][-args.tail:]
+    # The rate phase without its first and last seconds (the end writes
+    # the output); the build-up ends well before --window-start.
+    window = [(t, c) for t, c in samples if args.window_start <= t <= wall - 3]
+    if len(window) < 2:
+        raise SystemExit(f"run too short for the window: {wall:.1f} s")
+    (t0, c0), (t1, c1) = window[0], window[-1]
+    return {
+        "wall": wall,
+        "rate_cpu": (c1 - c0) / (t1 - t0),
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "peak_mib": usage.ru_maxrss / 1024,
+        "bytes": [c["state_bytes"] for c in periodic],
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--keys", type=int, default=10_000_000)
+    p.add_argument("--warmup-rows", type=int, default=100_000_000)
+    p.add_argument("--rate", type=int, default=100_000, help="rows/s after the build-up")
+    p.add_argument("--seconds", type=int, default=40, help="seconds at that rate")
+    p.add_argument("--tail", type=int, default=30, help="checkpoints measured, the last ones")
+    p.add_argument("--window-start", type=float, default=15.0,
+                   help="seconds into a run where the CPU measurement starts")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--binary", default=os.path.join(ROOT, "target/release/examples/backfill"))
+    args = p.parse_args()
+    configs = {
+        "off": ["--checkpoint-interval", "off"],
+        "1s full": ["--checkpoint-interval", "1s"],
+        "1s incremental": ["--checkpoint-interval", "1s", "--incremental"],
+        "1s incremental, base every 100": [
+            "--checkpoint-interval", "1s", "--incremental", "--full-checkpoint-every", "100"],
+    }
+    names = list(configs)
+    results = {n: [] for n in names}
+    work = tempfile.mkdtemp(prefix="incremental-bench-")
+    for r in range(args.repeat):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            res = run(args.binary, args, configs[name], os.path.join(work, "run"))
+            results[name].append(res)
+            mean = statistics.mean(res["bytes"]) if res["bytes"] else 0
+            print(f"round {r + 1} {name}: wall {res['wall']:.1f} s, cpu {res['cpu']:.2f} s "
+                  f"({res['rate_cpu']:.3f} CPU s/s at the rate), "
+                  f"peak {res['peak_mib']:.0f} MiB, bytes/checkpoint mean {mean / 1e6:.2f} MB "
+                  f"over {len(res['bytes'])}", flush=True)
+    updated = args.rate * ROW_BYTES
+    print(f"\nkeys updated per checkpoint: at most {args.rate} ({updated / 1e6:.1f} MB logical); "
+          f"whole state {args.keys} keys ({args.keys * ROW_BYTES / 1e6:.0f} MB logical)")
+    print("| configuration | bytes/checkpoint, mean (median) | mean / updated keys' logical size "
+          "| CPU at the rate over off, share of 2 cores, per round | median | peak MiB |")
+    print("|---|---|---|---|---|---|")
+    for name in names:
+        runs = results[name]
+        all_bytes = [b for res in runs for b in res["bytes"]]
+        shares = [(res["rate_cpu"] - off["rate_cpu"]) / 2
+                  for res, off in zip(runs, results["off"])]
+        b = (f"{statistics.mean(all_bytes) / 1e6:.2f} MB ({statistics.median(all_bytes) / 1e6:.2f})"
+             if all_bytes else "–")
+        ratio = f"{statistics.mean(all_bytes) / updated:.2f}x" if all_bytes else "–"
+        share = ", ".join(f"{100 * s:+.2f}%" for s in shares) if name != "off" else "–"
+        med = f"{100 * statistics.median(shares):+.2f}%" if name != "off" else "–"
+        peak = ", ".join(f"{res['peak_mib']:.0f}" for res in runs)
+        print(f"| {name} | {b} | {ratio} | {share} | {med} | {peak} |")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
