@@ -23,17 +23,7 @@ fn crash_at(point: &str, mode: &'static str) {
     };
     // Checkpoint 2 is periodic in copy mode; in aggregate mode it may be the
     // final one. Both must recover.
-    let crashed = job
-        .command()
-        .env("TIDEWATER_FAILPOINT", format!("{point}@2"))
-        .output()
-        .expect("run with failpoint");
-    assert!(
-        !crashed.status.success(),
-        "the failpoint {point}@2 did not fire:\n{}",
-        text(&crashed)
-    );
-    assert!(String::from_utf8_lossy(&crashed.stderr).contains("failpoint"));
+    job.crash_at_failpoint(point, 2);
 
     let resumed = job.run();
     assert!(

@@ -165,16 +165,7 @@ fn random_kills_during_long_chains_of_deltas_leave_the_output_exact() {
 fn crash_at(point: &str, checkpoint: u64) {
     let dir = tempfile::tempdir().expect("temp dir");
     let job = incremental_job(dir.path(), 200_000);
-    let crashed = job
-        .command()
-        .env("TIDEWATER_FAILPOINT", format!("{point}@{checkpoint}"))
-        .output()
-        .expect("run with failpoint");
-    assert!(
-        !crashed.status.success() && String::from_utf8_lossy(&crashed.stderr).contains("failpoint"),
-        "the failpoint {point}@{checkpoint} did not fire:\n{}",
-        text(&crashed)
-    );
+    job.crash_at_failpoint(point, checkpoint);
     let resumed = job.run();
     assert!(
         resumed.status.success(),

@@ -145,6 +145,23 @@ impl Backfill {
             .expect("running the backfill example")
     }
 
+    /// Runs with the failpoint `point` armed at checkpoint `checkpoint`
+    /// (`TIDEWATER_FAILPOINT`) and asserts that it fired: the run failed
+    /// and said so.
+    pub fn crash_at_failpoint(&self, point: &str, checkpoint: u64) {
+        let crashed = self
+            .command()
+            .env("TIDEWATER_FAILPOINT", format!("{point}@{checkpoint}"))
+            .output()
+            .expect("run with failpoint");
+        assert!(
+            !crashed.status.success()
+                && String::from_utf8_lossy(&crashed.stderr).contains("failpoint"),
+            "the failpoint {point}@{checkpoint} did not fire:\n{}",
+            text(&crashed)
+        );
+    }
+
     /// Runs to the end with `--summary-json`; returns the output and the
     /// summary (the run must have succeeded).
     pub fn run_with_summary(&self) -> (Output, serde_json::Value) {
