@@ -1223,6 +1223,9 @@ fn trial_spec(mode: &str, name: &str, state: &str, out: &str, rows: u64, keys: u
 /// 20 fencing trials for the copy spec and 20 for the aggregate spec, four
 /// at a time (they mostly wait on a rate limit or a lease); `place` gives a
 /// trial's state and output locations (a folder or URL), from its name.
+/// Every other aggregate trial checkpoints incrementally over 200k keys, so
+/// that chains of deltas grow (about 10k keys change between checkpoints)
+/// and the woken run's retention races the new run's chain.
 fn fencing_trials(db: &str, place: &(dyn Fn(&Folder, &str) -> (String, String) + Sync)) {
     // A worker stopped in the middle of a SQLite write holds the file's lock
     // until it wakes, and so stalls every process of that store (see
@@ -1244,7 +1247,16 @@ fn fencing_trials(db: &str, place: &(dyn Fn(&Folder, &str) -> (String, String) +
                         let folder = Folder::new();
                         let name = format!("paused-{mode}-{trial}-{}", rng.below(1 << 30));
                         let (state, out) = place(&folder, &name);
-                        let spec = trial_spec(mode, &name, &state, &out, rows, keys);
+                        let incremental = mode == "aggregate" && trial % 2 == 1;
+                        let keys = if incremental { 200_000 } else { keys };
+                        let mut spec = trial_spec(mode, &name, &state, &out, rows, keys);
+                        if incremental {
+                            spec = spec.replace(
+                                "parallelism = 2",
+                                "parallelism = 2\nincremental_checkpoints = true\n\
+                                 full_checkpoint_every = 12",
+                            );
+                        }
                         let spec = folder.write("job.toml", &spec);
                         let Some(said) = paused_takeover_trial(&name, &spec, store, &mut rng)
                         else {
@@ -1255,7 +1267,8 @@ fn fencing_trials(db: &str, place: &(dyn Fn(&Folder, &str) -> (String, String) +
                         } else {
                             "fenced"
                         };
-                        eprintln!("{name}: the woken run stopped ({how})");
+                        let checkpoints = if incremental { ", incremental" } else { "" };
+                        eprintln!("{name}: the woken run stopped ({how}){checkpoints}");
                         let local = folder.path("downloaded");
                         common::download(&out, &local);
                         match mode {

@@ -1,7 +1,8 @@
 //! State blobs: a `RecordBatch` as Arrow IPC bytes, with a CRC-32 to verify on restore.
 
-use std::io::Cursor;
+use std::io::{Cursor, Write};
 
+use arrow::compute::concat_batches;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
@@ -9,6 +10,11 @@ use bytes::Bytes;
 
 use crate::checkpoint::local_write::DIRECT_ALIGN;
 use crate::error::{Error, Result};
+
+/// A large state is encoded this many bytes' worth of rows at a time: Arrow's
+/// IPC writer gathers each batch's body into a buffer of its own first, so
+/// one batch of the whole state would hold a second copy of it.
+const SLICE_BYTES: usize = 4 << 20;
 
 /// Encodes a state batch as an Arrow IPC stream.
 pub fn encode(batch: &RecordBatch) -> Result<Bytes> {
@@ -28,11 +34,34 @@ pub fn encode_into(batch: &RecordBatch, mut buffer: Vec<u8>) -> Result<Bytes> {
     buffer.clear();
     let start = buffer.as_ptr().align_offset(DIRECT_ALIGN);
     buffer.resize(start, 0);
-    let mut writer = StreamWriter::try_new(&mut buffer, &batch.schema())?;
-    writer.write(batch)?;
-    writer.finish()?;
-    drop(writer);
+    encode_to(batch, &mut buffer)?;
     Ok(Bytes::from(buffer).slice(start..))
+}
+
+/// Encodes a state batch as an Arrow IPC stream into `writer`: one IPC
+/// batch per [`SLICE_BYTES`] or so of rows, so that the stream can be
+/// written out as it is made without ever holding the whole of it.
+pub fn encode_to<W: Write>(batch: &RecordBatch, writer: W) -> Result<W> {
+    let mut writer = StreamWriter::try_new(writer, &batch.schema())?;
+    let rows = batch.num_rows();
+    let bytes = batch.get_array_memory_size().max(1);
+    let per_slice = if bytes <= SLICE_BYTES {
+        rows
+    } else {
+        (rows as u128 * SLICE_BYTES as u128 / bytes as u128).max(1) as usize
+    };
+    if per_slice >= rows {
+        writer.write(batch)?;
+    } else {
+        let mut offset = 0;
+        while offset < rows {
+            let len = per_slice.min(rows - offset);
+            writer.write(&batch.slice(offset, len))?;
+            offset += len;
+        }
+    }
+    writer.finish()?;
+    Ok(writer.into_inner()?)
 }
 
 /// The checksum recorded for a blob.
@@ -53,11 +82,12 @@ pub fn decode_verified(bytes: &[u8], expected_crc: u32, what: &str) -> Result<Re
     let batches = reader
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|e| Error::Corrupt(format!("{what}: {e}")))?;
-    match batches.len() {
-        1 => Ok(batches.into_iter().next().expect("one batch")),
-        n => Err(Error::Corrupt(format!(
-            "{what}: expected one batch, found {n}"
-        ))),
+    // One batch, or the slices of one (see `encode_to`).
+    match batches.as_slice() {
+        [] => Err(Error::Corrupt(format!("{what}: the stream holds no batch"))),
+        [one] => Ok(one.clone()),
+        [first, ..] => concat_batches(&first.schema(), &batches)
+            .map_err(|e| Error::Corrupt(format!("{what}: slices do not join: {e}"))),
     }
 }
 
@@ -83,5 +113,27 @@ mod tests {
         bad[middle] ^= 0x40;
         let err = decode_verified(&bad, crc, "blob x").unwrap_err();
         assert!(err.to_string().contains("blob x: checksum"), "{err}");
+    }
+
+    #[test]
+    fn a_large_state_is_written_in_slices_and_read_back_whole() {
+        // 2M rows of 8 bytes: four slices of about 4 MiB.
+        let values: Vec<i64> = (0..2_000_000).collect();
+        let batch =
+            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(values)) as _)]).unwrap();
+        let bytes = encode(&batch).unwrap();
+        let slices = StreamReader::try_new(Cursor::new(&bytes[..]), None)
+            .unwrap()
+            .count();
+        assert!((3..=5).contains(&slices), "{slices} slices");
+        let back = decode_verified(&bytes, checksum(&bytes), "t").unwrap();
+        assert_eq!(back, batch);
+
+        let empty = batch.slice(0, 0);
+        let bytes = encode(&empty).unwrap();
+        assert_eq!(
+            decode_verified(&bytes, checksum(&bytes), "t").unwrap(),
+            empty
+        );
     }
 }

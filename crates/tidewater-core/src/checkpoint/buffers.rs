@@ -1,9 +1,10 @@
-//! Blob buffers kept from one checkpoint to the next.
+//! Blob buffers kept from one checkpoint to the next, for object stores.
 //!
-//! A 1M-key aggregate writes a 32 MB blob every checkpoint. Encoded into
-//! fresh memory, the kernel zeroes every new page first, which cost about
-//! as much CPU as the encoding; a buffer kept from the previous checkpoint
-//! is already mapped.
+//! A 1M-key aggregate writes a 32 MB blob every checkpoint, put whole to an
+//! object store. Encoded into fresh memory, the kernel zeroes every new
+//! page first, which cost about as much CPU as the encoding; a buffer kept
+//! from the previous checkpoint is already mapped. (A local folder needs
+//! none: its blobs are written as they are encoded, `local_write.rs`.)
 
 use std::sync::{Arc, Mutex, MutexGuard};
 

@@ -55,11 +55,6 @@ impl StateStore {
         }
     }
 
-    /// A buffer to encode a blob of about `size` bytes into.
-    pub fn blob_buffer(&self, size: usize) -> Vec<u8> {
-        self.buffers.take(size)
-    }
-
     /// The job's name.
     pub fn job(&self) -> &str {
         &self.job
@@ -73,7 +68,58 @@ impl StateStore {
         self.checkpoint_dir(id).join(MANIFEST)
     }
 
-    /// Writes the state blob of one subtask of one operator.
+    /// Encodes and writes the state of one subtask of one operator. The
+    /// encoding is CPU work and runs off the async workers. A large state
+    /// bound for a local folder is written as it is encoded, directly to
+    /// the device, so no encoded copy of it is ever held; anything else is
+    /// encoded into a buffer kept from an earlier checkpoint and put whole.
+    pub async fn put_state(
+        &self,
+        id: CheckpointId,
+        uid: &str,
+        subtask: usize,
+        batch: RecordBatch,
+    ) -> Result<BlobRecord> {
+        let size = batch.get_array_memory_size();
+        let Some(folder) = self
+            .local_folder
+            .as_ref()
+            .filter(|_| size >= local_write::DIRECT_MIN_BYTES)
+        else {
+            let buffer = self.buffers.take(size);
+            let bytes = tokio::task::spawn_blocking(move || blob::encode_into(&batch, buffer))
+                .await
+                .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))??;
+            return self.put_blob(id, uid, subtask, bytes).await;
+        };
+        let path = self.blob_object(id, uid, subtask);
+        let file = crate::local_file(folder, path.parts());
+        let written = tokio::task::spawn_blocking(move || {
+            let failed = |e: &dyn std::fmt::Display| Error::External {
+                message: format!(
+                    "storage: write state blob '{path}' failed: {e}; check the state folder's \
+                     free space and permissions"
+                ),
+                retryable: true,
+            };
+            let mut out = local_write::DurableFile::create(&file).map_err(|e| failed(&e))?;
+            let encoded = blob::encode_to(&batch, &mut out).map(|_| ());
+            if let Some(why) = out.failure() {
+                return Err(failed(&why));
+            }
+            encoded?;
+            out.finish().map_err(|e| failed(&e))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))??;
+        Ok(BlobRecord {
+            bytes: written.bytes,
+            crc32: written.crc32,
+            ..self.blob_record(uid, subtask)
+        })
+    }
+
+    /// Puts an encoded state blob of one subtask of one operator.
     pub async fn put_blob(
         &self,
         id: CheckpointId,
@@ -81,44 +127,38 @@ impl StateStore {
         subtask: usize,
         bytes: Bytes,
     ) -> Result<BlobRecord> {
-        let relative = format!("{uid}/{subtask}.arrow");
-        let path = self
-            .checkpoint_dir(id)
-            .join(uid)
-            .join(format!("{subtask}.arrow"));
+        let path = self.blob_object(id, uid, subtask);
         let record = BlobRecord {
-            uid: uid.to_string(),
-            subtask,
-            path: relative,
             bytes: bytes.len() as u64,
             crc32: blob::checksum(&bytes),
-            written_in: None,
-            delta: false,
+            ..self.blob_record(uid, subtask)
         };
-        match &self.local_folder {
-            Some(folder) if bytes.len() >= local_write::DIRECT_MIN_BYTES => {
-                let file = crate::local_file(folder, path.parts());
-                let written = bytes.clone();
-                tokio::task::spawn_blocking(move || local_write::write_durably(&file, &written))
-                    .await
-                    .map_err(|e| Error::Internal(format!("blob writer panicked: {e}")))?
-                    .map_err(|e| Error::External {
-                        message: format!(
-                            "storage: write state blob '{path}' failed: {e}; check the state \
-                             folder's free space and permissions"
-                        ),
-                        retryable: true,
-                    })?;
-            }
-            _ => {
-                self.store
-                    .put(&path, PutPayload::from(bytes.clone()))
-                    .await
-                    .map_err(|e| Error::storage("write state blob", &path, e))?;
-            }
-        }
+        self.store
+            .put(&path, PutPayload::from(bytes.clone()))
+            .await
+            .map_err(|e| Error::storage("write state blob", &path, e))?;
         self.buffers.keep(bytes);
         Ok(record)
+    }
+
+    fn blob_object(&self, id: CheckpointId, uid: &str, subtask: usize) -> Path {
+        self.checkpoint_dir(id)
+            .join(uid)
+            .join(format!("{subtask}.arrow"))
+    }
+
+    /// The record of a blob written in its own checkpoint's folder, its
+    /// length and checksum still to fill in.
+    fn blob_record(&self, uid: &str, subtask: usize) -> BlobRecord {
+        BlobRecord {
+            uid: uid.to_string(),
+            subtask,
+            path: format!("{uid}/{subtask}.arrow"),
+            bytes: 0,
+            crc32: 0,
+            written_in: None,
+            delta: false,
+        }
     }
 
     /// Reads a blob and verifies it against its record.

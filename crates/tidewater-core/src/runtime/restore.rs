@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
+use futures::{StreamExt, TryStreamExt, stream};
 
 use super::coordinator::commit_all;
 use super::task::read_source_state;
@@ -24,6 +25,10 @@ use crate::events::{
 use crate::ids::CheckpointId;
 use crate::sink::Sink;
 use crate::source::Cursor;
+
+/// Manifests or blobs read at once: a restore from an object store waits on
+/// one round trip per object, and a chain of deltas is dozens of objects.
+const READS_IN_FLIGHT: usize = 8;
 
 /// The state a run starts from.
 #[derive(Default)]
@@ -69,17 +74,25 @@ pub(crate) async fn restore(
     state_keys: &HashMap<String, Vec<String>>,
 ) -> Result<RestoreResult> {
     let (complete, folders) = store.list_checkpoints().await?;
-    let mut checkpoints = Vec::with_capacity(complete.len());
-    for id in complete {
-        checkpoints.push(match store.read_manifest(id).await {
-            Ok(manifest) => ObservedCheckpoint::Manifest(Box::new(manifest)),
-            Err(e @ Error::Corrupt(_)) => ObservedCheckpoint::Unreadable {
-                id,
-                reason: e.to_string(),
-            },
-            Err(e) => return Err(e),
-        });
-    }
+    // Futures gathered first: a stream over a closure that borrows is not
+    // `Send` in general, which the job's task must be.
+    let reads: Vec<_> = complete
+        .into_iter()
+        .map(|id| async move {
+            match store.read_manifest(id).await {
+                Ok(manifest) => Ok(ObservedCheckpoint::Manifest(Box::new(manifest))),
+                Err(e @ Error::Corrupt(_)) => Ok(ObservedCheckpoint::Unreadable {
+                    id,
+                    reason: e.to_string(),
+                }),
+                Err(e) => Err(e),
+            }
+        })
+        .collect();
+    let checkpoints: Vec<ObservedCheckpoint> = stream::iter(reads)
+        .buffered(READS_IN_FLIGHT)
+        .try_collect()
+        .await?;
     let partitioner = crate::partition::partitioner();
     let mut blobs = HashMap::new();
     let mut loaded: Option<Restored> = None;
@@ -204,8 +217,17 @@ async fn load_state(
         .map(|o| o.uid.as_str())
         .collect();
     let mut deltas: BTreeMap<(String, usize), Vec<RecordBatch>> = BTreeMap::new();
-    for record in &manifest.blobs {
-        let batch = store.read_blob(manifest.checkpoint, record).await?;
+    // In the manifest's order (a chain's base first), several reads at a time.
+    let reads: Vec<_> = manifest
+        .blobs
+        .iter()
+        .map(|record| async move {
+            let batch = store.read_blob(manifest.checkpoint, record).await?;
+            Ok::<_, Error>((record, batch))
+        })
+        .collect();
+    let mut reads = stream::iter(reads).buffered(READS_IN_FLIGHT);
+    while let Some((record, batch)) = reads.try_next().await? {
         let at = (record.uid.clone(), record.subtask);
         if record.delta {
             deltas.entry(at).or_default().push(batch);

@@ -15,7 +15,7 @@ use super::input_gate::{GateEvent, InputGate};
 use super::message::Message;
 use super::output::Output;
 use super::progress::Progress;
-use crate::checkpoint::{BlobRecord, StateStore, blob};
+use crate::checkpoint::{BlobRecord, StateStore};
 use crate::error::{Error, Result};
 use crate::events::OperatorMeter;
 use crate::ids::CheckpointId;
@@ -244,14 +244,8 @@ async fn upload(
 ) -> Result<Vec<BlobRecord>> {
     let mut blobs = Vec::with_capacity(states.len());
     for OperatorState { uid, batch, delta } in states {
-        // Encoding a large state is CPU work: keep it off the async workers.
-        let buffer = store.blob_buffer(batch.get_array_memory_size());
-        let bytes = tokio::task::spawn_blocking(move || blob::encode_into(&batch, buffer))
-            .await
-            .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))?
-            .map_err(|e| e.in_operator(&uid, subtask))?;
         let blob = store
-            .put_blob(checkpoint, &uid, subtask, bytes)
+            .put_state(checkpoint, &uid, subtask, batch)
             .await
             .map_err(|e| e.in_operator(&uid, subtask))?;
         blobs.push(BlobRecord { delta, ..blob });
