@@ -33,8 +33,9 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// Asserts that the newest complete checkpoint under `state` (job `job`) has
-/// every object its manifest lists: what a restore would need.
-fn assert_newest_checkpoint_whole(state: &str, job: &str) {
+/// every object its manifest lists: what a restore would need. Returns the
+/// size of its largest blob (0 before the first checkpoint).
+fn assert_newest_checkpoint_whole(state: &str, job: &str) -> u64 {
     let location = open_location(state).expect("open state");
     runtime().block_on(async {
         let root = location.prefix.clone().join(job);
@@ -50,7 +51,7 @@ fn assert_newest_checkpoint_whole(state: &str, job: &str) {
             .filter(|o| o.ends_with("/_MANIFEST.json"))
             .max()
         else {
-            return; // killed before the first checkpoint
+            return 0; // killed before the first checkpoint
         };
         let bytes = location
             .store
@@ -62,14 +63,17 @@ fn assert_newest_checkpoint_whole(state: &str, job: &str) {
             .expect("manifest bytes");
         let record: serde_json::Value = serde_json::from_slice(&bytes).expect("manifest JSON");
         let folder = manifest.trim_end_matches("/_MANIFEST.json");
+        let mut largest = 0;
         for blob in record["blobs"].as_array().expect("blobs") {
             let path = format!("{folder}/{}", blob["path"].as_str().expect("blob path"));
             assert!(
                 objects.contains(&path),
                 "the newest checkpoint lists '{path}', which retention deleted"
             );
+            largest = largest.max(blob["bytes"].as_u64().expect("blob bytes"));
         }
-    });
+        largest
+    })
 }
 
 /// Every row of a copy's output, sorted: (id, k, v, s, w).
@@ -132,12 +136,12 @@ fn assert_no_tiny_files(files: &[(String, u64)], target: u64) {
 }
 
 /// The core crash test with state and output on S3: `mode` is the backfill's.
-fn backfill_on_s3_survives_random_kills(mode: &'static str) {
-    let Some(base) = s3_prefix(&format!("backfill-{mode}")) else {
-        return;
-    };
+/// Returns the largest state blob a checkpoint seen between kills listed
+/// (`None`: skipped, no S3 server).
+fn backfill_on_s3_survives_random_kills(mode: &'static str, keys: u64, name: &str) -> Option<u64> {
+    let base = s3_prefix(name)?;
     let dir = tempfile::tempdir().expect("temp dir");
-    let (rows, keys) = (3_000_000, 50_000);
+    let rows = 3_000_000;
     let state = format!("{base}/state");
     let job = Backfill {
         state: state.clone().into(),
@@ -151,9 +155,10 @@ fn backfill_on_s3_survives_random_kills(mode: &'static str) {
         command.arg("--retain=1");
         command
     };
+    let mut largest_blob = 0;
     let (output, kills) =
         kill_randomly_until_complete(command, 6, Duration::from_millis(1500), &mut rng, || {
-            assert_newest_checkpoint_whole(&state, "backfill")
+            largest_blob = largest_blob.max(assert_newest_checkpoint_whole(&state, "backfill"));
         });
     assert!(
         output.status.success(),
@@ -161,22 +166,39 @@ fn backfill_on_s3_survives_random_kills(mode: &'static str) {
         text(&output)
     );
     eprintln!("{mode}: completed after {kills} kills");
+    largest_blob = largest_blob.max(assert_newest_checkpoint_whole(&state, "backfill"));
     let local = dir.path().join("downloaded");
     download(&format!("{base}/out"), &local);
     match mode {
         "copy" => assert_copy_output(&local, rows, keys),
         _ => common::assert_aggregate_output(&local, rows, keys),
     }
+    Some(largest_blob)
 }
 
 #[test]
 fn backfill_copy_with_state_and_output_on_s3_survives_random_kills() {
-    backfill_on_s3_survives_random_kills("copy");
+    backfill_on_s3_survives_random_kills("copy", 50_000, "backfill-copy");
 }
 
 #[test]
 fn backfill_aggregate_with_state_and_output_on_s3_survives_random_kills() {
-    backfill_on_s3_survives_random_kills("aggregate");
+    backfill_on_s3_survives_random_kills("aggregate", 50_000, "backfill-aggregate");
+}
+
+/// 600k keys: each pre-aggregation's state grows to ~18 MB, uploaded in
+/// 8 MiB parts of a multipart upload as it is encoded, and killed
+/// mid-upload too.
+#[test]
+fn backfill_aggregate_with_state_uploaded_in_parts_survives_random_kills() {
+    let largest = backfill_on_s3_survives_random_kills("aggregate", 600_000, "backfill-parts");
+    if let Some(largest) = largest {
+        assert!(
+            largest > 8 << 20,
+            "no checkpoint seen between kills held a state of more than one part \
+             (largest blob {largest} bytes)"
+        );
+    }
 }
 
 /// Makes a multi-file Parquet input (2M rows) with the backfill example.
@@ -225,7 +247,7 @@ fn copy_survives_kills(base: &str, local: &Path, max_delay: Duration, parallelis
     };
     let mut rng = Rng::from_time();
     let (run, kills) = kill_randomly_until_complete(command, 6, max_delay, &mut rng, || {
-        assert_newest_checkpoint_whole(&state, "parquet-copy")
+        assert_newest_checkpoint_whole(&state, "parquet-copy");
     });
     assert!(run.status.success(), "final copy failed:\n{}", text(&run));
     eprintln!("copy completed after {kills} kills");

@@ -275,6 +275,62 @@ fn every_connection_is_named_after_its_job_operator_and_subtask() {
     );
 }
 
+/// Runs a job reading `table` of `db` by `key` into Parquet files.
+fn run_to_parquet(db: &Db, table: &str, key: &str) -> std::process::Output {
+    let folder = Folder::new();
+    let body = format!(
+        r#"
+[job]
+name = "parquet-{table}"
+state = "{state}"
+
+[sources.src]
+type = "postgres"
+url = "{url}"
+table = "{table}"
+key = {key}
+
+[sinks.out]
+inputs = ["src"]
+type = "parquet"
+path = "{out}"
+"#,
+        state = folder.s("state"),
+        out = folder.s("out"),
+        url = db.url,
+    );
+    run(&folder.write("job.toml", &body), &[])
+}
+
+/// A table keyed by random uuids is read at a heap page per row: the run
+/// says so, and what to do; a table stored in key order is read quietly.
+#[test]
+fn a_key_the_rows_are_not_stored_in_the_order_of_is_warned_of() {
+    let Some(db) = Db::fresh("tw_keys_order") else {
+        return;
+    };
+    sql(
+        &db.url,
+        &format!(
+            "{} CREATE TABLE ordered (id bigint PRIMARY KEY, n bigint NOT NULL);
+             INSERT INTO ordered SELECT i, i FROM generate_series(1, 30000) i;
+             ANALYZE src; ANALYZE ordered;",
+            UUID.ddl
+        ),
+    );
+    for (table, warned) in [("src", true), ("ordered", false)] {
+        let output = run_to_parquet(&db, table, r#""id""#);
+        assert!(output.status.success(), "{table}:\n{}", text(&output));
+        let said = stderr(&output);
+        assert_eq!(
+            said.contains("its rows are stored in no such order") && said.contains("CLUSTER"),
+            warned,
+            "{table}:\n{}",
+            text(&output)
+        );
+    }
+}
+
 #[test]
 fn a_key_that_may_be_null_or_repeat_is_refused_by_name() {
     let Some(db) = Db::fresh("tw_keys_refused") else {
@@ -309,29 +365,7 @@ fn a_key_that_may_be_null_or_repeat_is_refused_by_name() {
         ("repeats", r#"["code", "nope"]"#, "has no key column 'nope'"),
     ];
     for (table, key, want) in cases {
-        let folder = Folder::new();
-        let body = format!(
-            r#"
-[job]
-name = "refused-{table}"
-state = "{state}"
-
-[sources.src]
-type = "postgres"
-url = "{url}"
-table = "{table}"
-key = {key}
-
-[sinks.out]
-inputs = ["src"]
-type = "parquet"
-path = "{out}"
-"#,
-            state = folder.s("state"),
-            out = folder.s("out"),
-            url = db.url,
-        );
-        let output = run(&folder.write("job.toml", &body), &[]);
+        let output = run_to_parquet(&db, table, key);
         assert!(!output.status.success(), "{table} by {key} ran");
         assert!(
             stderr(&output).contains(want),

@@ -12,7 +12,7 @@ use futures::TryStreamExt;
 use serde_json::json;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Connection};
-use tidewater_core::events::{ConnectionRetried, InternalEvent};
+use tidewater_core::events::{ConnectionRetried, InternalEvent, KeyOutOfStorageOrder};
 use tidewater_core::{Cursor, Error, Result, Source, Split, SplitReader, TaskContext};
 
 use crate::connect::{Timeouts, application_name, parse_url, probe, session};
@@ -27,6 +27,15 @@ const READ_RETRIES: u32 = 5;
 
 /// Sampled keys per split when a key space is cut by sampling.
 const SAMPLE_PER_SPLIT: u64 = 100;
+
+/// Whether rows stored with this correlation to the key's order (the
+/// planner's `pg_stats.correlation`, from -1 to 1) are too scattered for
+/// reading in key order to be cheap. PostgreSQL's own cost model weighs
+/// index scans by its square: below 0.5 it prices them at least three
+/// quarters of the way to one page per row.
+fn is_scattered(correlation: f64) -> bool {
+    correlation.abs() < 0.5
+}
 
 /// The column or columns a table is read in the order of.
 ///
@@ -192,6 +201,39 @@ impl PostgresSource {
             .as_ref()
             .map(|f| format!(" AND ({f})"))
             .unwrap_or_default()
+    }
+
+    /// Warns when one key column's order has little to do with how the rows
+    /// are stored (a random uuid, say), by the planner's statistics: keyset
+    /// reading then fetches a heap page per row. Statistics that are missing
+    /// (never analysed) or unreadable say nothing. A composite key is not
+    /// judged: its first column's statistic misses the order within it.
+    async fn warn_if_scattered(&self) {
+        let [key] = self.key.names.as_slice() else {
+            return;
+        };
+        let correlation: Option<Option<f64>> = sqlx::query_scalar(
+            "SELECT s.correlation::float8 FROM pg_stats s \
+             JOIN pg_class c ON c.relname = s.tablename \
+             JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = s.schemaname \
+             WHERE c.oid = $1::text::regclass AND s.attname = $2",
+        )
+        .bind(&self.table)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await
+        .ok()
+        .flatten();
+        if let Some(Some(correlation)) = correlation
+            && is_scattered(correlation)
+        {
+            KeyOutOfStorageOrder {
+                table: &self.table,
+                key,
+                correlation,
+            }
+            .emit();
+        }
     }
 
     /// One integer key: `[min, max]` cut arithmetically.
@@ -488,6 +530,7 @@ impl Source for PostgresSource {
     }
 
     async fn splits(&self) -> Result<Vec<Split>> {
+        self.warn_if_scattered().await;
         let rows = self.estimated_rows().await?;
         let ranges = if self.key.is_one_integer() {
             self.integer_splits().await?
@@ -671,6 +714,26 @@ impl SplitReader for PostgresReader {
         match &self.after {
             Some(after) => json!({ "after": self.source.key.cursor_json(after) }),
             None => json!({}),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_scattered;
+
+    #[test]
+    fn only_rows_stored_far_from_the_key_order_are_scattered() {
+        for (correlation, scattered) in [
+            (1.0, false),
+            (-1.0, false),
+            (0.5, false),
+            (-0.5, false),
+            (0.49, true),
+            (-0.2, true),
+            (0.0, true),
+        ] {
+            assert_eq!(is_scattered(correlation), scattered, "{correlation}");
         }
     }
 }

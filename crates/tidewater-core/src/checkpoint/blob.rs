@@ -8,7 +8,6 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 
-use crate::checkpoint::local_write::DIRECT_ALIGN;
 use crate::error::{Error, Result};
 
 /// A large state is encoded this many bytes' worth of rows at a time: Arrow's
@@ -18,24 +17,8 @@ const SLICE_BYTES: usize = 4 << 20;
 
 /// Encodes a state batch as an Arrow IPC stream.
 pub fn encode(batch: &RecordBatch) -> Result<Bytes> {
-    encode_into(batch, Vec::new())
-}
-
-/// Encodes a state batch as an Arrow IPC stream into `buffer` (emptied
-/// first), so that a buffer kept from an earlier checkpoint is reused. The
-/// stream starts at an address aligned for direct I/O.
-pub fn encode_into(batch: &RecordBatch, mut buffer: Vec<u8>) -> Result<Bytes> {
-    let needed = batch.get_array_memory_size() + 1024 + DIRECT_ALIGN;
-    if buffer.capacity() < needed {
-        // Growing would copy the old capacity over: start anew, with room
-        // for the next checkpoint's slightly larger state.
-        buffer = Vec::with_capacity(needed + needed / 8);
-    }
-    buffer.clear();
-    let start = buffer.as_ptr().align_offset(DIRECT_ALIGN);
-    buffer.resize(start, 0);
-    encode_to(batch, &mut buffer)?;
-    Ok(Bytes::from(buffer).slice(start..))
+    let buffer = Vec::with_capacity(batch.get_array_memory_size() + 1024);
+    Ok(Bytes::from(encode_to(batch, buffer)?))
 }
 
 /// Encodes a state batch as an Arrow IPC stream into `writer`: one IPC

@@ -14,6 +14,11 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use arrow::record_batch::RecordBatch;
+
+use crate::checkpoint::blob;
+use crate::error::{Error, Result};
+
 /// Blobs from this size on are written directly; smaller ones go through
 /// the object store.
 pub(crate) const DIRECT_MIN_BYTES: usize = 1 << 20;
@@ -52,6 +57,30 @@ pub(crate) struct Written {
     pub bytes: u64,
     /// Its CRC-32 (as `blob::checksum` computes it).
     pub crc32: u32,
+}
+
+/// Encodes `batch` (as `blob::encode_to` does) into the blob file `file`,
+/// durably; `path` names the blob in errors.
+pub(crate) fn write_state(
+    file: &Path,
+    path: &impl std::fmt::Display,
+    batch: &RecordBatch,
+) -> Result<Written> {
+    let failed = |e: &dyn std::fmt::Display| Error::External {
+        message: format!(
+            "storage: write state blob '{path}' failed: {e}; check the state folder's free \
+             space and permissions"
+        ),
+        retryable: true,
+    };
+    let mut out = DurableFile::create(file).map_err(|e| failed(&e))?;
+    let encoded = blob::encode_to(batch, &mut out).map(|_| ());
+    // Arrow wraps the writer's io error beyond recognition: say the first one.
+    if let Some(why) = out.failure() {
+        return Err(failed(&why));
+    }
+    encoded?;
+    out.finish().map_err(|e| failed(&e))
 }
 
 impl DurableFile {

@@ -2,7 +2,6 @@
 //! pure decisions taken on restore.
 
 pub mod blob;
-mod buffers;
 pub mod deltas;
 pub mod fence;
 pub mod incremental;
@@ -11,6 +10,22 @@ pub mod manifest;
 pub mod restore;
 pub mod restore_plan;
 pub mod store;
+mod upload;
 
 pub use manifest::{BlobRecord, CheckpointKind, Manifest, OperatorRecord};
 pub use store::StateStore;
+
+use crate::error::{Error, Result};
+
+/// Starts CPU work (encoding a blob) on a blocking thread at once, off the
+/// async workers; the future is its outcome.
+fn off_task<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T> + Send + 'static,
+) -> impl Future<Output = Result<T>> {
+    let handle = tokio::task::spawn_blocking(work);
+    async move {
+        handle
+            .await
+            .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))?
+    }
+}

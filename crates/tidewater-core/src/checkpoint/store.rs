@@ -15,13 +15,13 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use crate::checkpoint::blob;
-use crate::checkpoint::buffers::BlobBuffers;
 use crate::checkpoint::fence;
 use crate::checkpoint::incremental::referenced_folders;
 use crate::checkpoint::local_write;
 use crate::checkpoint::manifest::{BlobRecord, MANIFEST_FORMAT, Manifest};
 use crate::checkpoint::restore;
+use crate::checkpoint::upload::{self, PartPool};
+use crate::checkpoint::{blob, off_task};
 use crate::error::{Error, Result};
 use crate::ids::{CheckpointId, Epoch};
 use crate::store_url::StoreLocation;
@@ -35,8 +35,8 @@ pub struct StateStore {
     store: Arc<dyn ObjectStore>,
     root: Path,
     job: String,
-    /// Blob buffers back from their upload, for the next checkpoint's blobs.
-    buffers: BlobBuffers,
+    /// Part buffers back from their upload, for the next large blobs.
+    parts: PartPool,
     /// The store's folder, when it is a local one: large blobs are written
     /// there directly (see [`local_write`]).
     local_folder: Option<std::path::PathBuf>,
@@ -50,7 +50,7 @@ impl StateStore {
             store: location.store.clone(),
             root,
             job: job.to_string(),
-            buffers: BlobBuffers::default(),
+            parts: PartPool::default(),
             local_folder: location.local_folder.clone(),
         }
     }
@@ -70,9 +70,9 @@ impl StateStore {
 
     /// Encodes and writes the state of one subtask of one operator. The
     /// encoding is CPU work and runs off the async workers. A large state
-    /// bound for a local folder is written as it is encoded, directly to
-    /// the device, so no encoded copy of it is ever held; anything else is
-    /// encoded into a buffer kept from an earlier checkpoint and put whole.
+    /// is written as it is encoded, so no encoded copy of it is ever held:
+    /// directly to the device for a local folder, in parts of a multipart
+    /// upload for an object store. A small one is encoded and put whole.
     pub async fn put_state(
         &self,
         id: CheckpointId,
@@ -81,37 +81,20 @@ impl StateStore {
         batch: RecordBatch,
     ) -> Result<BlobRecord> {
         let size = batch.get_array_memory_size();
-        let Some(folder) = self
-            .local_folder
-            .as_ref()
-            .filter(|_| size >= local_write::DIRECT_MIN_BYTES)
-        else {
-            let buffer = self.buffers.take(size);
-            let bytes = tokio::task::spawn_blocking(move || blob::encode_into(&batch, buffer))
-                .await
-                .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))??;
-            return self.put_blob(id, uid, subtask, bytes).await;
-        };
         let path = self.blob_object(id, uid, subtask);
-        let file = crate::local_file(folder, path.parts());
-        let written = tokio::task::spawn_blocking(move || {
-            let failed = |e: &dyn std::fmt::Display| Error::External {
-                message: format!(
-                    "storage: write state blob '{path}' failed: {e}; check the state folder's \
-                     free space and permissions"
-                ),
-                retryable: true,
-            };
-            let mut out = local_write::DurableFile::create(&file).map_err(|e| failed(&e))?;
-            let encoded = blob::encode_to(&batch, &mut out).map(|_| ());
-            if let Some(why) = out.failure() {
-                return Err(failed(&why));
+        let written = match &self.local_folder {
+            Some(folder) if size >= local_write::DIRECT_MIN_BYTES => {
+                let file = crate::local_file(folder, path.parts());
+                off_task(move || local_write::write_state(&file, &path, &batch)).await?
             }
-            encoded?;
-            out.finish().map_err(|e| failed(&e))
-        })
-        .await
-        .map_err(|e| Error::Internal(format!("state encoder panicked: {e}")))??;
+            _ if size >= upload::PART_BYTES => {
+                upload::put_in_parts(self.store.as_ref(), &path, batch, &self.parts).await?
+            }
+            _ => {
+                let bytes = off_task(move || blob::encode(&batch)).await?;
+                return self.put_blob(id, uid, subtask, bytes).await;
+            }
+        };
         Ok(BlobRecord {
             bytes: written.bytes,
             crc32: written.crc32,
@@ -134,10 +117,9 @@ impl StateStore {
             ..self.blob_record(uid, subtask)
         };
         self.store
-            .put(&path, PutPayload::from(bytes.clone()))
+            .put(&path, PutPayload::from(bytes))
             .await
             .map_err(|e| Error::storage("write state blob", &path, e))?;
-        self.buffers.keep(bytes);
         Ok(record)
     }
 

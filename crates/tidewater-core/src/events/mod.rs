@@ -33,8 +33,9 @@ pub use restore::{
 pub use sink::{CleanupFailed, RowDeadLettered, SinkCommitted, SinkReverted};
 pub use storage::{
     CarriedFileAlreadyPublished, DirectWriteRefused, FileAlreadyPublished, FileCommitted,
-    FileFinished, FileResumed, InputDeadLettered, LeftoverDeleted, PreparedCommitted,
-    PreparedRolledBack, RecordDeadLettered, SourcePlanned, StoreWithoutConditionalWrites,
+    FileFinished, FileResumed, InputDeadLettered, KeyOutOfStorageOrder, LeftoverDeleted,
+    PreparedCommitted, PreparedRolledBack, RecordDeadLettered, SourcePlanned,
+    StoreWithoutConditionalWrites,
 };
 pub use throttle::{ReplicaLagRead, ThrottleCheckFailed, ThrottlePaused, ThrottleResumed};
 

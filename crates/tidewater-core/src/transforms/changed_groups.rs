@@ -21,7 +21,9 @@ impl ChangedGroups {
 
     /// The marked groups in ascending order; the set is empty afterwards.
     pub fn take(&mut self) -> Vec<u32> {
-        let mut groups = Vec::new();
+        // Sized exactly: while every key changes this is one entry per group.
+        let marked = self.words.iter().map(|w| w.count_ones() as usize).sum();
+        let mut groups = Vec::with_capacity(marked);
         for (w, word) in self.words.iter_mut().enumerate() {
             let mut bits = std::mem::take(word);
             while bits != 0 {

@@ -218,12 +218,24 @@ impl GroupIndex {
 }
 
 impl GroupIndex {
-    /// The key columns of `groups` only, one row per group in that order.
-    pub fn key_columns_of(&self, groups: &[u32]) -> Result<Vec<ArrayRef>> {
+    /// The key columns of `groups` only, one row per group in that order;
+    /// an Int64 key's column is built in `spare`'s memory, as in
+    /// [`key_columns`](Self::key_columns).
+    pub fn key_columns_of(
+        &self,
+        groups: &[u32],
+        spare: &mut SpareColumns,
+    ) -> Result<Vec<ArrayRef>> {
         match self {
             GroupIndex::Int64 {
                 keys, null_group, ..
             } => {
+                if null_group.is_none() {
+                    let mut words = spare.take(groups.len());
+                    words.extend(groups.iter().map(|g| keys[*g as usize] as u64));
+                    let values = ScalarBuffer::new(spare.lend(words), 0, groups.len());
+                    return Ok(vec![Arc::new(Int64Array::new(values, None))]);
+                }
                 // The null group takes a number but no place in `keys`.
                 let key = |g: u32| match *null_group {
                     Some(null) if g == null => None,

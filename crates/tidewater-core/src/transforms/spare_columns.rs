@@ -3,9 +3,10 @@
 //! A 1M-key aggregate copies 32 MB of columns out of its table at every
 //! checkpoint. Copied into fresh memory, the kernel first zeroes every new
 //! page, which costs about as much CPU as the copy (the same reason the
-//! checkpoint store keeps its blob buffers, `checkpoint/buffers.rs`). The
+//! checkpoint store reuses its upload parts, `checkpoint/upload.rs`). The
 //! columns are handed out as Arrow buffers; once the upload has let go of
-//! them, the next snapshot takes their memory back.
+//! them, the next snapshot takes their memory back. Whole snapshots and
+//! deltas (incremental checkpoints) draw on the same memory.
 
 use arrow::buffer::Buffer;
 

@@ -29,16 +29,25 @@ impl AggregateOperator {
     }
 
     /// The rows of `groups` only, in that order, laid out as
-    /// [`output`](Self::output)'s.
-    pub(super) fn output_of(&self, wanted: &[u32]) -> Result<Option<RecordBatch>> {
+    /// [`output`](Self::output)'s. The columns come from the same spare
+    /// memory as whole snapshots: while every key changes (a job's first
+    /// minutes), a delta is as large as the base, and fresh columns would
+    /// hold a second copy of the state beside the spare one.
+    pub(super) fn output_of(&mut self, wanted: &[u32]) -> Result<Option<RecordBatch>> {
         let Some(groups) = &self.groups else {
             return Ok(None);
         };
-        let mut columns = groups.index.key_columns_of(wanted)?;
-        let mut words: Vec<Vec<u64>> = groups.accumulators.iter().map(|_| Vec::new()).collect();
+        let spare = &mut self.spare;
+        spare.reclaim();
+        let mut columns = groups.index.key_columns_of(wanted, spare)?;
+        let mut words: Vec<Vec<u64>> = groups
+            .accumulators
+            .iter()
+            .map(|_| spare.take(wanted.len()))
+            .collect();
         groups.table.columns_of(wanted, &mut words);
         for (accumulator, words) in groups.accumulators.iter().zip(words) {
-            columns.push(accumulator.to_array_of(words.into(), wanted));
+            columns.push(accumulator.to_array_of(spare.lend(words), wanted));
         }
         Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
     }
