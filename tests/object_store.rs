@@ -138,7 +138,12 @@ fn assert_no_tiny_files(files: &[(String, u64)], target: u64) {
 /// The core crash test with state and output on S3: `mode` is the backfill's.
 /// Returns the largest state blob a checkpoint seen between kills listed
 /// (`None`: skipped, no S3 server).
-fn backfill_on_s3_survives_random_kills(mode: &'static str, keys: u64, name: &str) -> Option<u64> {
+fn backfill_on_s3_survives_random_kills(
+    mode: &'static str,
+    keys: u64,
+    name: &str,
+    extra: &[&str],
+) -> Option<u64> {
     let base = s3_prefix(name)?;
     let dir = tempfile::tempdir().expect("temp dir");
     let rows = 3_000_000;
@@ -147,6 +152,7 @@ fn backfill_on_s3_survives_random_kills(mode: &'static str, keys: u64, name: &st
         state: state.clone().into(),
         out: format!("{base}/out").into(),
         target_file_size: Some("16MiB"),
+        extra: extra.iter().map(|a| a.to_string()).collect(),
         ..Backfill::new(dir.path(), mode, rows, keys)
     };
     let mut rng = Rng::from_time();
@@ -178,20 +184,26 @@ fn backfill_on_s3_survives_random_kills(mode: &'static str, keys: u64, name: &st
 
 #[test]
 fn backfill_copy_with_state_and_output_on_s3_survives_random_kills() {
-    backfill_on_s3_survives_random_kills("copy", 50_000, "backfill-copy");
+    backfill_on_s3_survives_random_kills("copy", 50_000, "backfill-copy", &[]);
 }
 
 #[test]
 fn backfill_aggregate_with_state_and_output_on_s3_survives_random_kills() {
-    backfill_on_s3_survives_random_kills("aggregate", 50_000, "backfill-aggregate");
+    backfill_on_s3_survives_random_kills("aggregate", 50_000, "backfill-aggregate", &[]);
 }
 
 /// 600k keys: each pre-aggregation's state grows to ~18 MB, uploaded in
 /// 8 MiB parts of a multipart upload as it is encoded, and killed
-/// mid-upload too.
+/// mid-upload too. Held to 1.5M rows/s (about two seconds a run) so that
+/// kills land after such checkpoints, and resumed runs restore them.
 #[test]
 fn backfill_aggregate_with_state_uploaded_in_parts_survives_random_kills() {
-    let largest = backfill_on_s3_survives_random_kills("aggregate", 600_000, "backfill-parts");
+    let largest = backfill_on_s3_survives_random_kills(
+        "aggregate",
+        600_000,
+        "backfill-parts",
+        &["--rows-per-second=1500000"],
+    );
     if let Some(largest) = largest {
         assert!(
             largest > 8 << 20,
