@@ -8,7 +8,12 @@
    exactly once (read and write sides on one server); and the uuid rows
    stored in key order, read into Parquet (what the heap's order costs);
 2. the int8 table read into Parquet without TLS and with verify-full TLS;
-3. where the exactly-once backfill's time goes against a binary COPY load:
+3. the same reads by a reference client (psql, libpq and OpenSSL), two
+   connections each copying half the keys in key order through the primary
+   key's index (`COPY (SELECT ... ORDER BY id) TO STDOUT (FORMAT binary)`):
+   how fast the server itself hands the rows over, by key type and over
+   TLS, with no tidewater in the way;
+4. where the exactly-once backfill's time goes against a binary COPY load:
    the write side alone (generated rows into PostgreSQL exactly once) and
    the server loading the same rows from a binary COPY file of its own
    (`COPY t FROM 'file' (FORMAT binary)`: no client at all), and the
@@ -29,6 +34,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
+import time
 import urllib.parse
 
 from bench_run import run_spec
@@ -123,6 +129,29 @@ def seed(url, rows):
         psql(url, "VACUUM ANALYZE src_uuid_sorted")
 
 
+def middle_key(url, table, rows):
+    """The key that splits `table` in two halves (as the reference reads it)."""
+    return psql(url, f"SELECT id FROM {table} ORDER BY id OFFSET {rows // 2} LIMIT 1")
+
+
+def libpq_read(url, table, middle, rows):
+    """The reference client: two psql processes at once, each copying half
+    of `table` in key order (through the index, as keyset pages read it) to
+    /dev/null. Returns (rows/s, their user + system CPU s)."""
+    halves = (f"id <= '{middle}'", f"id > '{middle}'")
+    env = dict(os.environ, PGOPTIONS="-c enable_seqscan=off -c enable_bitmapscan=off -c enable_sort=off")
+    before, start = os.times(), time.monotonic()
+    readers = [subprocess.Popen(["psql", url, "-v", "ON_ERROR_STOP=1", "-XAtq", "-c",
+                                 f"\\copy (SELECT * FROM {table} WHERE {half} ORDER BY id) "
+                                 "TO '/dev/null' WITH (FORMAT binary)"], env=env)
+               for half in halves]
+    if any(r.wait() != 0 for r in readers):
+        raise SystemExit(f"the reference read of {table} failed")
+    elapsed, after = time.monotonic() - start, os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return rows / elapsed, cpu
+
+
 RUNS = iter(range(1 << 30))
 
 
@@ -151,6 +180,9 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--interval", default="10s")
     p.add_argument("--binary", default="target/release/tidewater")
+    p.add_argument("--other", help="a second `tidewater` binary: its int8 reads, plain and over "
+                                   "TLS, run beside this one's in every round (contenders `other: ...`)")
+    p.add_argument("--only", help="comma-separated contenders to run (default: all)")
     a = p.parse_args()
     primary = os.environ["TIDEWATER_PG_PRIMARY"]
     replica = os.environ.get("TIDEWATER_PG_REPLICA")
@@ -172,13 +204,13 @@ def main():
     src_file, gen_file = f"{files}/src_int.bin", f"{files}/gen.bin"
     psql(plain, f"COPY src_int TO '{src_file}' (FORMAT binary)")
 
-    def job(template, table, url):
+    def job(template, table, url, binary=a.binary):
         def go(name):
-            work = f"{scratch}/{name.replace(' ', '-')}"
+            slug = name.replace(" ", "-").replace(":", "")
+            work = f"{scratch}/{slug}"
             psql(plain, f"DROP TABLE IF EXISTS {table}_dst")
-            return run(a.binary, template.format(name=name.replace(" ", "-"), dir=work,
-                                                 interval=a.interval, url=url, table=table,
-                                                 rows=a.rows), work)
+            return run(binary, template.format(name=slug, dir=work, interval=a.interval,
+                                               url=url, table=table, rows=a.rows), work)
         return go
 
     def write_side(name):
@@ -189,20 +221,38 @@ def main():
             psql(plain, f"COPY gen_dst TO '{gen_file}' (FORMAT binary)")
         return rate
 
+    middles = {t: middle_key(plain, t, a.rows) for t in ("src_int", "src_uuid")}
+
+    def reference(table, url):
+        return lambda _: libpq_read(url, table, middles[table], a.rows)
+
     contenders = {
         "read int8": job(READ, "src_int", plain),
         "read uuid": job(READ, "src_uuid", plain),
         "read uuid sorted": job(READ, "src_uuid_sorted", plain),
         "read int8 TLS": job(READ, "src_int", tls),
+        "libpq int8": reference("src_int", plain),
+        "libpq uuid": reference("src_uuid", plain),
+        "libpq int8 TLS": reference("src_int", tls),
         "backfill int8": job(BACKFILL, "src_int", plain),
         "backfill uuid": job(BACKFILL, "src_uuid", plain),
         "write only": write_side,
         "server COPY src": lambda _: (server_copy(plain, "copy_src", "src_int", src_file), 0.0),
         "server COPY gen": lambda _: (server_copy(plain, "copy_gen", "gen_like", gen_file), 0.0),
     }
-    # One unmeasured write makes the generator's COPY file (and warms up).
-    write_side("warm-up")
-    psql(plain, "DROP TABLE IF EXISTS gen_like; CREATE TABLE gen_like (LIKE gen_dst)")
+    if a.other:
+        contenders["other: read int8"] = job(READ, "src_int", plain, a.other)
+        contenders["other: read int8 TLS"] = job(READ, "src_int", tls, a.other)
+    if a.only:
+        wanted = a.only.split(",")
+        unknown = [n for n in wanted if n not in contenders]
+        if unknown:
+            raise SystemExit(f"unknown contenders {unknown}; choose from {list(contenders)}")
+        contenders = {n: contenders[n] for n in wanted}
+    if "write only" in contenders or "server COPY gen" in contenders:
+        # One unmeasured write makes the generator's COPY file (and warms up).
+        write_side("warm-up")
+        psql(plain, "DROP TABLE IF EXISTS gen_like; CREATE TABLE gen_like (LIKE gen_dst)")
     rates = {name: [] for name in contenders}
     try:
         for round_ in range(a.repeat):
@@ -211,7 +261,7 @@ def main():
             for name in names:
                 rate, cpu = contenders[name](name)
                 rates[name].append(rate)
-                print(f"round {round_ + 1}: {name:17} {rate / 1e6:.3f}M rows/s ({cpu:.1f} CPU s in the job)",
+                print(f"round {round_ + 1}: {name:20} {rate / 1e6:.3f}M rows/s ({cpu:.1f} CPU s in the job)",
                       flush=True)
                 psql(plain, "CHECKPOINT")
             psql(plain, "DROP TABLE IF EXISTS src_int_dst; DROP TABLE IF EXISTS src_uuid_dst; "
@@ -230,13 +280,21 @@ def main():
 
     print(f"\n{a.rows} rows, interval {a.interval}, parallelism 2, medians of {a.repeat}:")
     for name in contenders:
-        print(f"  {name:17} {statistics.median(rates[name]) / 1e6:.3f}M rows/s")
+        print(f"  {name:20} {statistics.median(rates[name]) / 1e6:.3f}M rows/s")
     for label, x, y in (("uuid / int8, read", "read uuid", "read int8"),
                         ("uuid / int8, backfill", "backfill uuid", "backfill int8"),
                         ("uuid in key order / int8, read", "read uuid sorted", "read int8"),
                         ("TLS / plain, read", "read int8 TLS", "read int8"),
+                        ("uuid / int8, libpq", "libpq uuid", "libpq int8"),
+                        ("TLS / plain, libpq", "libpq int8 TLS", "libpq int8"),
+                        ("read int8 / libpq int8", "read int8", "libpq int8"),
+                        ("TLS / plain, read, other", "other: read int8 TLS", "other: read int8"),
+                        ("other / this, read TLS", "other: read int8 TLS", "read int8 TLS"),
+                        ("other / this, read plain", "other: read int8", "read int8"),
                         ("backfill / server COPY", "backfill int8", "server COPY src"),
                         ("write only / server COPY", "write only", "server COPY gen")):
+        if x not in rates or y not in rates:
+            continue
         r = ratios(x, y)
         print(f"  {label:31} median {statistics.median(r):.3f} ({', '.join(f'{v:.3f}' for v in r)})")
 
