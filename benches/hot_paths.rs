@@ -5,9 +5,12 @@
 //! - one hop of a batch through a bounded tokio channel
 //! - snapshot of a 1M-key aggregate state (copy + Arrow IPC encode)
 //! - restore of that state (checksum, decode, rebuild the hash map)
-//! - restore of the same state from a base and 19 deltas (checksum and
+//! - restore of the same state from a base and 99 deltas (checksum and
 //!   decode each, apply the deltas by key, rebuild): the longest chain the
 //!   default policy writes, with deltas as large as it lets them grow
+//!   (10,000 keys each) and small ones (1,000); and from 19 deltas of
+//!   50,000, the longest chain of the earlier default (a base every 20)
+//! - a delta of a 10M-key state where 100k keys changed (gather their rows)
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -17,6 +20,7 @@ use arrow::compute::take_record_batch;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use tidewater::checkpoint::blob;
 use tidewater::checkpoint::deltas::apply_deltas;
+use tidewater::checkpoint::incremental::DEFAULT_FULL_EVERY;
 use tidewater::partition::{DEFAULT_KEY_GROUPS, KeyGroups, partition_batch};
 use tidewater::transforms::aggregate::AggregateOperator;
 use tidewater::{AggregateSpec, Collector, GeneratorSource, Operator};
@@ -140,7 +144,10 @@ fn snapshots(c: &mut Criterion) {
             BatchSize::LargeInput,
         )
     });
-    for (deltas, rows_each) in [(19, 50_000u64), (19, 5_000)] {
+    let longest = DEFAULT_FULL_EVERY as usize - 1;
+    // Deltas together just under the base: the most a chain holds before it starts over.
+    let largest = 1_000_000 / u64::from(DEFAULT_FULL_EVERY);
+    for (deltas, rows_each) in [(longest, largest), (longest, 1_000), (19, 50_000)] {
         let chain = chain_of(&state, deltas, rows_each);
         group.bench_function(
             format!("restore_base_and_{deltas}_deltas_of_{rows_each}"),
@@ -166,6 +173,35 @@ fn snapshots(c: &mut Criterion) {
     group.finish();
 }
 
+/// A delta of a 10M-key aggregate: the rows of the ~100k keys a batch of
+/// 100k random rows changed (gathered from a table far larger than the
+/// cache), the work an incremental checkpoint does on the task when 1% of
+/// a large state changes between checkpoints.
+fn deltas(c: &mut Criterion) {
+    let mut op = filled(10_000_000);
+    assert!(op.track_changes(), "the aggregate tracks its changes");
+    op.snapshot().expect("base");
+    let changes = batches(100_000, 10_000_000);
+    let mut group = c.benchmark_group("state_10m_keys");
+    group.sample_size(20);
+    group.bench_function("delta_of_100k_changed", |b| {
+        b.iter_custom(|iterations| {
+            let mut spent = std::time::Duration::ZERO;
+            for _ in 0..iterations {
+                let mut out = Collector::default();
+                for batch in &changes {
+                    op.process(batch.clone(), &mut out).expect("process");
+                }
+                let started = std::time::Instant::now();
+                black_box(op.snapshot_changes().expect("delta"));
+                spent += started.elapsed();
+            }
+            spent
+        })
+    });
+    group.finish();
+}
+
 /// `state` encoded as the base of a chain, then `deltas` deltas of
 /// `rows_each` of its keys each, drawn at random (keys repeat across
 /// deltas, as keys updated again do): what a restore reads.
@@ -188,5 +224,5 @@ fn chain_of(state: &RecordBatch, deltas: usize, rows_each: u64) -> Vec<(Vec<u8>,
     chain
 }
 
-criterion_group!(benches, kernels, snapshots);
+criterion_group!(benches, kernels, snapshots, deltas);
 criterion_main!(benches);

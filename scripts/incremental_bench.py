@@ -4,11 +4,13 @@ the backfill example's aggregate over 10M keys, first built up at full
 speed, then fed at a rate that updates about 1% of the keys per second,
 checkpointing every second, with and without incremental checkpoints.
 
-    python3 scripts/incremental_bench.py [--keys 10000000] [--repeat 3]
+    python3 scripts/incremental_bench.py [--keys 10000000] [--repeat 3] [--only off,...]
 
 Each round runs every configuration once (the order rotates per round).
 Per run: the bytes each checkpoint wrote (mean and median over the last
---tail checkpoints, all after the build-up), the process's CPU seconds
+--tail checkpoints, all after the build-up; the default window holds 100
+checkpoints, so an incremental run's mean includes the base its chain
+starts over with every 100), the process's CPU seconds
 (user + system from wait4, measured from outside) and peak memory. The
 checkpoint cost is the CPU a second over the same round's run without
 checkpoints, as a share of the machine (2 cores), sampled from /proc while
@@ -87,21 +89,28 @@ def main():
     p.add_argument("--keys", type=int, default=10_000_000)
     p.add_argument("--warmup-rows", type=int, default=100_000_000)
     p.add_argument("--rate", type=int, default=100_000, help="rows/s after the build-up")
-    p.add_argument("--seconds", type=int, default=40, help="seconds at that rate")
-    p.add_argument("--tail", type=int, default=30, help="checkpoints measured, the last ones")
+    p.add_argument("--seconds", type=int, default=115, help="seconds at that rate")
+    p.add_argument("--tail", type=int, default=100, help="checkpoints measured, the last ones")
     p.add_argument("--window-start", type=float, default=15.0,
                    help="seconds into a run where the CPU measurement starts")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--only", help="comma-separated configurations to run (off is always run)")
     p.add_argument("--binary", default=os.path.join(ROOT, "target/release/examples/backfill"))
     args = p.parse_args()
     configs = {
         "off": ["--checkpoint-interval", "off"],
         "1s full": ["--checkpoint-interval", "1s"],
         "1s incremental": ["--checkpoint-interval", "1s", "--incremental"],
-        "1s incremental, base every 100": [
-            "--checkpoint-interval", "1s", "--incremental", "--full-checkpoint-every", "100"],
+        "1s incremental (base every 20)": [
+            "--checkpoint-interval", "1s", "--incremental", "--full-checkpoint-every", "20"],
     }
     names = list(configs)
+    if args.only:
+        wanted = {"off"} | {n.strip() for n in args.only.split(",")}
+        unknown = wanted - set(configs)
+        if unknown:
+            raise SystemExit(f"--only: no configuration {sorted(unknown)}; there are {names}")
+        names = [n for n in names if n in wanted]
     results = {n: [] for n in names}
     work = tempfile.mkdtemp(prefix="incremental-bench-")
     for r in range(args.repeat):

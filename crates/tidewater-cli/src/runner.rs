@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use tidewater_core::checkpoint::incremental::DEFAULT_FULL_EVERY;
 use tidewater_core::events::InternalEvent;
 use tidewater_core::{Job, JobConfig, JobControl, Outcome, ProgressSnapshot, Summary};
 
@@ -96,7 +97,7 @@ pub struct RunArgs {
     pub incremental: bool,
     /// With --incremental, a full checkpoint at least every this many
     /// checkpoints that found changes (at most N-1 deltas after a base).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = DEFAULT_FULL_EVERY, value_parser = clap::value_parser!(u32).range(1..))]
     pub full_checkpoint_every: u32,
 }
 

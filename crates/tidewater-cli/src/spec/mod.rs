@@ -31,6 +31,7 @@ pub mod reader;
 
 use std::cell::RefCell;
 
+use tidewater_core::checkpoint::incremental::DEFAULT_FULL_EVERY;
 use tidewater_core::partition::{DEFAULT_KEY_GROUPS, MAX_KEY_GROUPS};
 use toml::de::{DeTable, DeValue};
 
@@ -255,9 +256,6 @@ fn read_job(f: &Fields<'_, '_>) -> Option<JobSpec> {
 const SOURCE_TYPES: &[&str] = &["generator", "parquet", "postgres", "kafka"];
 const TRANSFORM_TYPES: &[&str] = &["sql", "aggregate"];
 const SINK_TYPES: &[&str] = &["parquet", "postgres", "kafka"];
-
-/// `full_checkpoint_every` when the spec does not say.
-const DEFAULT_FULL_EVERY: u32 = 20;
 
 /// Where the state goes when neither the spec nor `--state` says.
 pub const DEFAULT_STATE: &str = "./tidewater-state";

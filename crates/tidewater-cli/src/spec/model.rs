@@ -23,7 +23,7 @@ pub struct JobSpec {
     pub key_groups: u32,
     /// Incremental checkpoints (default off).
     pub incremental_checkpoints: bool,
-    /// With them, a full checkpoint at least every this many (default 20).
+    /// With them, a full checkpoint at least every this many (default 100).
     pub full_checkpoint_every: u32,
 }
 

@@ -61,6 +61,10 @@ fn the_good_spec_reads() {
     assert_eq!(spec.job.key_groups, 4096);
     assert_eq!(spec.job.checkpoint_interval, Some(Duration::from_secs(1)));
     assert!(!spec.job.incremental_checkpoints);
+    assert_eq!(
+        spec.job.full_checkpoint_every, 100,
+        "the documented default"
+    );
     let incremental = GOOD.replace(
         "parallelism = 2",
         "parallelism = 2\nincremental_checkpoints = true\nfull_checkpoint_every = 5",

@@ -22,6 +22,15 @@ use crate::checkpoint::manifest::BlobRecord;
 use crate::error::{Error, Result};
 use crate::ids::CheckpointId;
 
+/// [`ChainPolicy::full_every`] unless the job says otherwise. With the
+/// rule that a chain also starts over once its deltas hold as many rows as
+/// its base, a base every 100 checkpoints keeps the bytes a checkpoint
+/// writes, on average, within about twice the changed keys' size when ~1%
+/// of the keys change each time (a delta plus a hundredth of the base),
+/// while a restore reads at most about twice a full snapshot, in at most
+/// 100 blobs per operator subtask.
+pub const DEFAULT_FULL_EVERY: u32 = 100;
+
 /// When a chain of deltas starts over from a full snapshot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChainPolicy {
@@ -33,7 +42,9 @@ pub struct ChainPolicy {
 
 impl Default for ChainPolicy {
     fn default() -> Self {
-        ChainPolicy { full_every: 20 }
+        ChainPolicy {
+            full_every: DEFAULT_FULL_EVERY,
+        }
     }
 }
 
@@ -200,6 +211,27 @@ mod tests {
         let mut chain = ChainLength::default();
         chain.taken(Full, Some(5));
         assert_eq!(chain.next(every_time), Full, "full_every 1: never a delta");
+    }
+
+    /// The default: 1% of a base's keys changed each time makes 99 deltas
+    /// (the bytes of a checkpoint stay about twice the changed keys' on
+    /// average), 10% makes 10, whose rows then match the base's (a restore
+    /// reads at most about twice a full snapshot, whatever the count allows).
+    #[test]
+    fn the_default_chain_is_long_for_few_changes_and_short_for_many() {
+        let deltas_before_a_base = |changed: usize| {
+            let mut chain = ChainLength::default();
+            chain.taken(SnapshotKind::Full, Some(10_000));
+            let mut deltas = 0;
+            while chain.next(ChainPolicy::default()) == SnapshotKind::Changes {
+                chain.taken(SnapshotKind::Changes, Some(changed));
+                deltas += 1;
+            }
+            deltas
+        };
+        assert_eq!(deltas_before_a_base(100), DEFAULT_FULL_EVERY - 1);
+        assert_eq!(deltas_before_a_base(100), 99);
+        assert_eq!(deltas_before_a_base(1_000), 10);
     }
 
     #[test]
