@@ -146,7 +146,7 @@ fn snapshots(c: &mut Criterion) {
     });
     let longest = DEFAULT_FULL_EVERY as usize - 1;
     // Deltas together just under the base: the most a chain holds before it starts over.
-    let largest = 1_000_000 / u64::from(DEFAULT_FULL_EVERY);
+    let largest = state.num_rows() as u64 / u64::from(DEFAULT_FULL_EVERY);
     for (deltas, rows_each) in [(longest, largest), (longest, 1_000), (19, 50_000)] {
         let chain = chain_of(&state, deltas, rows_each);
         group.bench_function(

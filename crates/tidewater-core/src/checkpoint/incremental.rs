@@ -229,8 +229,9 @@ mod tests {
             }
             deltas
         };
-        assert_eq!(deltas_before_a_base(100), DEFAULT_FULL_EVERY - 1);
-        assert_eq!(deltas_before_a_base(100), 99);
+        let few = deltas_before_a_base(100);
+        assert_eq!(few, DEFAULT_FULL_EVERY - 1);
+        assert_eq!(few, 99);
         assert_eq!(deltas_before_a_base(1_000), 10);
     }
 

@@ -163,10 +163,11 @@ impl JobConfig {
 
     /// With incremental checkpoints, a full snapshot at least every this
     /// many checkpoints of an operator subtask that found changes (default
-    /// [`DEFAULT_FULL_EVERY`](crate::checkpoint::incremental::DEFAULT_FULL_EVERY),
-    /// 100; at least 1, which makes every checkpoint full; a checkpoint
-    /// that found no changes writes nothing and does not count). Long chains make checkpoints cheaper and restores
-    /// slower: a restore reads the full snapshot and every delta after it.
+    /// 100, [`DEFAULT_FULL_EVERY`](crate::checkpoint::incremental::DEFAULT_FULL_EVERY);
+    /// at least 1, which makes every checkpoint full; a checkpoint that
+    /// found no changes writes nothing and does not count). Long chains
+    /// make checkpoints cheaper and restores slower: a restore reads the
+    /// full snapshot and every delta after it.
     pub fn full_checkpoint_every(mut self, checkpoints: u32) -> Self {
         if checkpoints == 0 {
             self.refused
