@@ -1,7 +1,8 @@
 //! Incremental checkpoints under the tests of the full ones: kill -9 at
 //! random instants while chains of deltas grow (and retention deletes old
-//! checkpoints), crashes at the protocol's instants, and a corrupt delta in
-//! the middle of a chain. The output must be exact every time.
+//! checkpoints), kill -9 once chains reach the default policy's longest (a
+//! base and 99 deltas), crashes at the protocol's instants, and a corrupt
+//! delta in the middle of a chain. The output must be exact every time.
 //!
 //! The job is the backfill example's aggregate, slowed down so that few keys
 //! change between two checkpoints: the pre-aggregation beside each source
@@ -12,9 +13,12 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tidewater::checkpoint::incremental::DEFAULT_FULL_EVERY;
 
 use common::{
     Backfill, Rng, assert_aggregate_output, checkpoint_id, kill_randomly_until_complete, text,
@@ -160,6 +164,97 @@ fn random_kills_during_long_chains_of_deltas_leave_the_output_exact() {
         longest.load(Ordering::Relaxed) >= 10,
         "no chain of 10 deltas was seen: the test did not exercise long chains"
     );
+}
+
+/// Kills each run of a job on the default chain policy once a chain of its
+/// longest (a base and 99 deltas) is written, at a random instant up to
+/// 300 ms later: in the chain's last checkpoints, or the new base's. The
+/// next run restores from that chain.
+///
+/// A chain is that long only when a hundred deltas together hold fewer rows
+/// than their base: 4M keys, the first 8M rows read at full speed (a base
+/// of ~2.5M keys per source subtask), then 400k rows/s, about one 8,192-row
+/// batch per subtask (a delta of ~8k keys) every 40 ms. A restored run
+/// starts from that base, so only the first reads at full speed, and the
+/// last, which finishes the job.
+#[test]
+fn kills_after_chains_of_the_default_length_leave_the_output_exact() {
+    const KILLS: usize = 3;
+    const LONG_ROWS: u64 = 20_000_000;
+    const LONG_KEYS: u64 = 4_000_000;
+    let longest = DEFAULT_FULL_EVERY as usize - 1;
+    let mut rng = Rng::from_time();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let run = |fast_rows: u64| Backfill {
+        interval: "20ms",
+        extra: vec![
+            "--incremental".into(),
+            "--rows-per-second=400000".into(),
+            format!("--throttle-after-rows={fast_rows}"),
+        ],
+        ..Backfill::new(dir.path(), "aggregate", LONG_ROWS, LONG_KEYS)
+    };
+    let (first, again, last) = (run(8_000_000), run(0), run(LONG_ROWS));
+
+    for kill in 0..KILLS {
+        let job = if kill == 0 { &first } else { &again };
+        // The chain must be this run's: chains never span runs, and the
+        // previous run's newest manifest is still there.
+        let before = job.manifests().last().map(|m| checkpoint_id(m));
+        // Its logs are not read: a long run would fill a pipe and stall.
+        let mut child = job
+            .command()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawning the job");
+        let started = Instant::now();
+        loop {
+            assert!(
+                child.try_wait().expect("poll").is_none(),
+                "run {} ended before a chain of {longest} deltas",
+                kill + 1
+            );
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "run {} wrote no chain of {longest} deltas in 2 minutes",
+                kill + 1
+            );
+            let newest = job
+                .manifests()
+                .last()
+                .filter(|m| Some(checkpoint_id(m)) > before)
+                .and_then(|m| listed(m));
+            if newest.is_some_and(|blobs| longest_chain(&blobs) >= longest) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let delay = rng.below(300);
+        eprintln!(
+            "run {}: a chain of {longest} deltas after {:.1?}; killed {delay} ms later",
+            kill + 1,
+            started.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(delay));
+        child.kill().expect("SIGKILL");
+        child.wait().expect("wait");
+        assert_every_listed_blob_exists(job);
+    }
+    let finishing = Instant::now();
+    let output = last.run();
+    eprintln!("the last run took {:.1?}", finishing.elapsed());
+    assert!(
+        output.status.success(),
+        "final run failed:\n{}",
+        text(&output)
+    );
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("resumed from checkpoint"),
+        "the final run did not resume from a checkpoint:\n{}",
+        text(&output)
+    );
+    assert_aggregate_output(&last.out, LONG_ROWS, LONG_KEYS);
 }
 
 fn crash_at(point: &str, checkpoint: u64) {
