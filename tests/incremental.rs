@@ -13,7 +13,7 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -86,6 +86,37 @@ fn longest_chain(blobs: &[Listed]) -> usize {
         *deltas.entry(&blob.subtask_of).or_default() += 1;
     }
     deltas.values().copied().max().unwrap_or(0)
+}
+
+/// Waits until the newest manifest, written after checkpoint `after`,
+/// lists a chain of at least `deltas` deltas for some operator subtask,
+/// and returns its blobs. Fails when the run ends first, or after 2 minutes.
+fn wait_for_chain(
+    job: &Backfill,
+    child: &mut Child,
+    deltas: usize,
+    after: Option<u64>,
+) -> Vec<Listed> {
+    let started = Instant::now();
+    loop {
+        assert!(
+            child.try_wait().expect("poll").is_none(),
+            "the job ended before a chain of {deltas} deltas"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the job wrote no chain of {deltas} deltas in 2 minutes"
+        );
+        let newest = job
+            .manifests()
+            .last()
+            .filter(|m| Some(checkpoint_id(m)) > after)
+            .and_then(|m| listed(m));
+        if let Some(blobs) = newest.filter(|blobs| longest_chain(blobs) >= deltas) {
+            return blobs;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn blob_file(job: &Backfill, blob: &Listed) -> PathBuf {
@@ -210,27 +241,7 @@ fn kills_after_chains_of_the_default_length_leave_the_output_exact() {
             .spawn()
             .expect("spawning the job");
         let started = Instant::now();
-        loop {
-            assert!(
-                child.try_wait().expect("poll").is_none(),
-                "run {} ended before a chain of {longest} deltas",
-                kill + 1
-            );
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "run {} wrote no chain of {longest} deltas in 2 minutes",
-                kill + 1
-            );
-            let newest = job
-                .manifests()
-                .last()
-                .filter(|m| Some(checkpoint_id(m)) > before)
-                .and_then(|m| listed(m));
-            if newest.is_some_and(|blobs| longest_chain(&blobs) >= longest) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_for_chain(job, &mut child, longest, before);
         let delay = rng.below(300);
         eprintln!(
             "run {}: a chain of {longest} deltas after {:.1?}; killed {delay} ms later",
@@ -296,20 +307,7 @@ fn a_corrupt_delta_in_the_middle_of_a_chain_falls_back_to_the_checkpoint_before_
 
     // Run until the newest checkpoint has a chain of at least 10 deltas.
     let mut child = job.spawn();
-    let chain = loop {
-        assert!(
-            child.try_wait().expect("poll").is_none(),
-            "the job ended before a chain of 10 deltas"
-        );
-        let chains = job.manifests().last().and_then(|newest| {
-            let blobs = listed(newest)?;
-            (longest_chain(&blobs) >= 10).then_some(blobs)
-        });
-        if let Some(blobs) = chains {
-            break blobs;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let chain = wait_for_chain(&job, &mut child, 10, None);
     child.kill().expect("SIGKILL");
     child.wait().expect("wait");
 
