@@ -1,9 +1,11 @@
 //! State blobs: a `RecordBatch` as Arrow IPC bytes, with a CRC-32 to verify on restore.
 
-use std::io::{Cursor, Write};
+use std::io::Write;
 
+use arrow::buffer::Buffer;
 use arrow::compute::concat_batches;
-use arrow::ipc::reader::StreamReader;
+use arrow::error::ArrowError;
+use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
@@ -52,26 +54,47 @@ pub fn checksum(bytes: &[u8]) -> u32 {
     crc32fast::hash(bytes)
 }
 
-/// Verifies a blob against its recorded checksum and decodes it.
-pub fn decode_verified(bytes: &[u8], expected_crc: u32, what: &str) -> Result<RecordBatch> {
-    let actual = checksum(bytes);
+/// Verifies a blob against its recorded checksum and decodes it into one
+/// batch (the slices it was written in, joined).
+pub fn decode_verified(bytes: Bytes, expected_crc: u32, what: &str) -> Result<RecordBatch> {
+    join(&decode_slices(bytes, expected_crc, what)?, what)
+}
+
+/// The slices [`decode_slices`] gave, as one batch (one slice is not copied).
+pub fn join(slices: &[RecordBatch], what: &str) -> Result<RecordBatch> {
+    let Some(first) = slices.first() else {
+        return Err(Error::Corrupt(format!("{what}: the stream holds no batch")));
+    };
+    concat_batches(&first.schema(), slices)
+        .map_err(|e| Error::Corrupt(format!("{what}: slices do not join: {e}")))
+}
+
+/// Verifies a blob against its recorded checksum and decodes it into the
+/// slices it was written in (at least one; see [`encode_to`]). The columns
+/// share `bytes` instead of copying them (Arrow IPC keeps buffers aligned;
+/// one that is not is copied), so a restore that goes on to pick rows from
+/// the slices copies the state once.
+pub fn decode_slices(bytes: Bytes, expected_crc: u32, what: &str) -> Result<Vec<RecordBatch>> {
+    let actual = checksum(&bytes);
     if actual != expected_crc {
         return Err(Error::Corrupt(format!(
             "{what}: checksum {actual:08x} does not match the manifest's {expected_crc:08x}"
         )));
     }
-    let reader = StreamReader::try_new(Cursor::new(bytes), None)
-        .map_err(|e| Error::Corrupt(format!("{what}: not an Arrow IPC stream: {e}")))?;
-    let batches = reader
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| Error::Corrupt(format!("{what}: {e}")))?;
-    // One batch, or the slices of one (see `encode_to`).
-    match batches.as_slice() {
-        [] => Err(Error::Corrupt(format!("{what}: the stream holds no batch"))),
-        [one] => Ok(one.clone()),
-        [first, ..] => concat_batches(&first.schema(), &batches)
-            .map_err(|e| Error::Corrupt(format!("{what}: slices do not join: {e}"))),
+    let not_ipc = |e: ArrowError| Error::Corrupt(format!("{what}: not an Arrow IPC stream: {e}"));
+    let mut decoder = StreamDecoder::new();
+    let mut buffer = Buffer::from(bytes);
+    let mut slices = Vec::new();
+    while !buffer.is_empty() {
+        if let Some(batch) = decoder.decode(&mut buffer).map_err(not_ipc)? {
+            slices.push(batch);
+        }
     }
+    decoder.finish().map_err(not_ipc)?;
+    if slices.is_empty() {
+        return Err(Error::Corrupt(format!("{what}: the stream holds no batch")));
+    }
+    Ok(slices)
 }
 
 #[cfg(test)]
@@ -82,40 +105,62 @@ mod tests {
 
     use super::*;
 
+    /// A batch of one Int64 column.
+    fn ints(values: Vec<i64>) -> RecordBatch {
+        RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(values)) as _)]).unwrap()
+    }
+
     #[test]
     fn round_trip_and_detect_a_flipped_byte() {
-        let batch =
-            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(vec![1, 2, 3])) as _)])
-                .unwrap();
+        let batch = ints(vec![1, 2, 3]);
         let bytes = encode(&batch).unwrap();
         let crc = checksum(&bytes);
-        assert_eq!(decode_verified(&bytes, crc, "t").unwrap(), batch);
+        assert_eq!(decode_verified(bytes.clone(), crc, "t").unwrap(), batch);
 
         let mut bad = bytes.to_vec();
         let middle = bad.len() / 2;
         bad[middle] ^= 0x40;
-        let err = decode_verified(&bad, crc, "blob x").unwrap_err();
+        let err = decode_verified(bad.into(), crc, "blob x").unwrap_err();
         assert!(err.to_string().contains("blob x: checksum"), "{err}");
+    }
+
+    #[test]
+    fn decoded_columns_share_the_blob_instead_of_copying_it() {
+        let batch = ints(vec![7; 1000]);
+        let bytes = encode(&batch).unwrap();
+        let blob = bytes.as_ptr_range();
+        let back = decode_slices(bytes.clone(), checksum(&bytes), "t").unwrap();
+        let values = back[0].column(0).to_data().buffers()[0].as_ptr();
+        assert!(
+            blob.contains(&values),
+            "the column was copied out of the blob"
+        );
+    }
+
+    #[test]
+    fn a_cut_short_stream_is_corrupt() {
+        let batch = ints(vec![1, 2, 3]);
+        let bytes = encode(&batch).unwrap();
+        let cut = bytes.slice(..bytes.len() - 20);
+        let err = decode_verified(cut.clone(), checksum(&cut), "blob y").unwrap_err();
+        assert!(matches!(err, Error::Corrupt(_)), "{err:?}");
+        assert!(err.to_string().contains("blob y"), "{err}");
     }
 
     #[test]
     fn a_large_state_is_written_in_slices_and_read_back_whole() {
         // 2M rows of 8 bytes: four slices of about 4 MiB.
-        let values: Vec<i64> = (0..2_000_000).collect();
-        let batch =
-            RecordBatch::try_from_iter([("x", Arc::new(Int64Array::from(values)) as _)]).unwrap();
+        let batch = ints((0..2_000_000).collect());
         let bytes = encode(&batch).unwrap();
-        let slices = StreamReader::try_new(Cursor::new(&bytes[..]), None)
-            .unwrap()
-            .count();
-        assert!((3..=5).contains(&slices), "{slices} slices");
-        let back = decode_verified(&bytes, checksum(&bytes), "t").unwrap();
+        let slices = decode_slices(bytes.clone(), checksum(&bytes), "t").unwrap();
+        assert!((3..=5).contains(&slices.len()), "{} slices", slices.len());
+        let back = decode_verified(bytes.clone(), checksum(&bytes), "t").unwrap();
         assert_eq!(back, batch);
 
         let empty = batch.slice(0, 0);
         let bytes = encode(&empty).unwrap();
         assert_eq!(
-            decode_verified(&bytes, checksum(&bytes), "t").unwrap(),
+            decode_verified(bytes.clone(), checksum(&bytes), "t").unwrap(),
             empty
         );
     }

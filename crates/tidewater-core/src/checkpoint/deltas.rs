@@ -4,6 +4,7 @@
 use std::hash::Hash;
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int64Array};
+use arrow::buffer::BooleanBuffer;
 use arrow::compute::{concat_batches, filter_record_batch, max, min};
 use arrow::datatypes::Int64Type;
 use arrow::record_batch::RecordBatch;
@@ -14,9 +15,12 @@ use hashbrown::HashSet;
 use crate::error::{Error, Result};
 
 /// The state `base` and then `deltas` (oldest first) stand for: every key's
-/// newest row. Rows are one per key, the key in the `keys` columns; a
-/// delta's row replaces the base's (or an earlier delta's) row of its key.
-/// The base's surviving rows come first, in their order, then the deltas'.
+/// newest row. The base comes as the slices it was written in (see
+/// [`blob::decode_slices`](super::blob::decode_slices)), so that its
+/// surviving rows are copied once, not joined first. Rows are one per key,
+/// the key in the `keys` columns; a delta's row replaces the base's (or an
+/// earlier delta's) row of its key. The base's surviving rows come first,
+/// in their order, then the deltas'.
 ///
 /// Only the deltas' keys are hashed, newest delta first (a key already
 /// seen is an older row); the base is scanned once against them, so a
@@ -36,21 +40,27 @@ use crate::error::{Error, Result};
 ///     ])
 ///     .unwrap()
 /// };
-/// let base = batch(vec![1, 2, 3], vec![10, 20, 30]);
+/// // A base written in two slices, then one delta.
+/// let base = [batch(vec![1, 2], vec![10, 20]), batch(vec![3], vec![30])];
 /// let delta = batch(vec![2, 4], vec![21, 40]);
-/// let state = apply_deltas(base, &[delta], &["k".to_string()]).unwrap();
+/// let state = apply_deltas(&base, &[delta], &["k".to_string()]).unwrap();
 /// assert_eq!(state, batch(vec![1, 3, 2, 4], vec![10, 30, 21, 40]));
 /// ```
 pub fn apply_deltas(
-    base: RecordBatch,
+    base: &[RecordBatch],
     deltas: &[RecordBatch],
     keys: &[String],
 ) -> Result<RecordBatch> {
+    let Some(first) = base.first() else {
+        return Err(Error::Corrupt(
+            "an incremental chain's base holds no batch".into(),
+        ));
+    };
+    let schema = first.schema();
     let deltas: Vec<&RecordBatch> = deltas.iter().filter(|d| d.num_rows() > 0).collect();
     if deltas.is_empty() {
-        return Ok(base);
+        return Ok(concat_batches(&schema, base)?);
     }
-    let schema = base.schema();
     for delta in &deltas {
         if delta.schema().fields() != schema.fields() {
             return Err(Error::Corrupt(format!(
@@ -73,53 +83,71 @@ pub fn apply_deltas(
             })
             .collect()
     };
-    let base_keys = key_columns(&base)?;
+    let base_keys = base.iter().map(key_columns).collect::<Result<Vec<_>>>()?;
     let delta_keys = deltas
         .iter()
         .map(|d| key_columns(d))
         .collect::<Result<Vec<_>>>()?;
-    let (base_kept, deltas_kept) = match single_int64_key(&base_keys, &delta_keys) {
-        // The common key, one Int64 column without nulls: hashed as is.
-        Some((base_key, delta_keys)) => survivors_int64(base_key, &delta_keys),
-        None => {
-            let fields = base_keys
-                .iter()
-                .map(|c| SortField::new(c.data_type().clone()))
-                .collect();
-            let converter = RowConverter::new(fields)?;
-            let delta_rows: Vec<Rows> = delta_keys
-                .iter()
-                .map(|k| converter.convert_columns(k))
-                .collect::<std::result::Result<_, _>>()?;
-            let base_rows = converter.convert_columns(&base_keys)?;
-            survivors(
-                row_keys(&base_rows),
-                delta_rows.iter().map(row_keys).collect(),
-            )
-        }
-    };
-    let mut parts = vec![filter_record_batch(&base, &base_kept)?];
-    for (delta, kept) in deltas.iter().zip(&deltas_kept) {
-        parts.push(filter_record_batch(delta, kept)?);
-    }
+    let (base_kept, deltas_kept) =
+        match (single_int64_key(&base_keys), single_int64_key(&delta_keys)) {
+            // The common key, one Int64 column without nulls: hashed as is.
+            (Some(base_keys), Some(delta_keys)) => survivors_int64(&base_keys, &delta_keys),
+            _ => {
+                let fields = base_keys[0]
+                    .iter()
+                    .map(|c| SortField::new(c.data_type().clone()))
+                    .collect();
+                let converter = RowConverter::new(fields)?;
+                let rows = |parts: &[Vec<ArrayRef>]| {
+                    parts
+                        .iter()
+                        .map(|k| converter.convert_columns(k))
+                        .collect::<std::result::Result<Vec<Rows>, _>>()
+                };
+                let (base_rows, delta_rows) = (rows(&base_keys)?, rows(&delta_keys)?);
+                survivors(&base_rows, &delta_rows, Rows::num_rows, |rows, i| {
+                    rows.row(i).data()
+                })
+            }
+        };
+    let parts = base
+        .iter()
+        .zip(&base_kept)
+        .chain(deltas.iter().copied().zip(&deltas_kept))
+        .map(|(part, kept)| filter_record_batch(part, kept))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(concat_batches(&schema, &parts)?)
 }
 
-/// Which rows of the base and of each delta (oldest first) hold their
-/// key's newest row: a delta's row unless a later delta has its key, a
-/// base row unless any delta has it. Keys are unique within each part.
-fn survivors<K: Hash + Eq, I: Iterator<Item = K>>(
-    base: I,
-    deltas: Vec<I>,
-) -> (BooleanArray, Vec<BooleanArray>) {
-    let mut seen: HashSet<K, RandomState> = HashSet::default();
+/// A filter mask of `len` rows, packed 64 at a time as `keep` answers for
+/// each row in order.
+fn mask(len: usize, keep: impl FnMut(usize) -> bool) -> BooleanArray {
+    BooleanArray::new(BooleanBuffer::collect_bool(len, keep), None)
+}
+
+/// Which rows of each base part and of each delta (oldest first) hold
+/// their key's newest row: a delta's row unless a later delta has its
+/// key, a base row unless any delta has it. Keys are unique within the
+/// base and within each delta.
+fn survivors<'a, P, K: Hash + Eq>(
+    base: &'a [P],
+    deltas: &'a [P],
+    len: impl Fn(&P) -> usize,
+    key: impl Fn(&'a P, usize) -> K,
+) -> (Vec<BooleanArray>, Vec<BooleanArray>) {
+    let rows = deltas.iter().map(&len).sum();
+    let mut seen: HashSet<K, RandomState> =
+        HashSet::with_capacity_and_hasher(rows, RandomState::default());
     let mut kept: Vec<BooleanArray> = deltas
-        .into_iter()
+        .iter()
         .rev()
-        .map(|keys| keys.map(|k| Some(seen.insert(k))).collect())
+        .map(|delta| mask(len(delta), |i| seen.insert(key(delta, i))))
         .collect();
     kept.reverse();
-    let base = base.map(|k| Some(!seen.contains(&k))).collect();
+    let base = base
+        .iter()
+        .map(|part| mask(len(part), |i| !seen.contains(&key(part, i))))
+        .collect();
     (base, kept)
 }
 
@@ -130,7 +158,10 @@ const BITMAP_BITS_PER_ROW: u128 = 64;
 
 /// [`survivors`] of an Int64 key: a bitmap over the deltas' key range
 /// when it is dense enough, a hash set otherwise.
-fn survivors_int64(base: &Int64Array, deltas: &[&Int64Array]) -> (BooleanArray, Vec<BooleanArray>) {
+fn survivors_int64(
+    base: &[&Int64Array],
+    deltas: &[&Int64Array],
+) -> (Vec<BooleanArray>, Vec<BooleanArray>) {
     let rows: usize = deltas.iter().map(|d| d.len()).sum();
     let range = deltas
         .iter()
@@ -139,10 +170,7 @@ fn survivors_int64(base: &Int64Array, deltas: &[&Int64Array]) -> (BooleanArray, 
     let Some((low, high)) = range.filter(|(low, high)| {
         (*high as i128 - *low as i128) as u128 <= rows as u128 * BITMAP_BITS_PER_ROW
     }) else {
-        return survivors(
-            base.values().iter().copied(),
-            deltas.iter().map(|k| k.values().iter().copied()).collect(),
-        );
+        return survivors(base, deltas, |k| k.len(), |k, i| k.value(i));
     };
     let bit = |k: i64| (k as i128 - low as i128) as usize;
     let mut seen = vec![0u64; bit(high) / 64 + 1];
@@ -150,46 +178,39 @@ fn survivors_int64(base: &Int64Array, deltas: &[&Int64Array]) -> (BooleanArray, 
         .iter()
         .rev()
         .map(|keys| {
-            keys.values()
-                .iter()
-                .map(|k| {
-                    let (word, mask) = (bit(*k) / 64, 1u64 << (bit(*k) % 64));
-                    let new = seen[word] & mask == 0;
-                    seen[word] |= mask;
-                    Some(new)
-                })
-                .collect()
+            let keys = keys.values();
+            mask(keys.len(), |i| {
+                let (word, bit) = (bit(keys[i]) / 64, 1u64 << (bit(keys[i]) % 64));
+                let new = seen[word] & bit == 0;
+                seen[word] |= bit;
+                new
+            })
         })
         .collect();
     kept.reverse();
     let base = base
-        .values()
         .iter()
-        .map(|k| Some(!(low..=high).contains(k) || seen[bit(*k) / 64] & (1 << (bit(*k) % 64)) == 0))
+        .map(|keys| {
+            let keys = keys.values();
+            mask(keys.len(), |i| {
+                let k = keys[i];
+                !(low..=high).contains(&k) || seen[bit(k) / 64] & (1 << (bit(k) % 64)) == 0
+            })
+        })
         .collect();
     (base, kept)
 }
 
-/// The key rows of `rows` as bytes.
-fn row_keys(rows: &Rows) -> impl Iterator<Item = &[u8]> {
-    rows.iter().map(|row| row.data())
-}
-
-/// The key columns when they are one Int64 column without nulls, in the
-/// base and in every delta.
-fn single_int64_key<'a>(
-    base: &'a [ArrayRef],
-    deltas: &'a [Vec<ArrayRef>],
-) -> Option<(&'a Int64Array, Vec<&'a Int64Array>)> {
-    let int64 = |keys: &'a [ArrayRef]| match keys {
-        [key] if key.null_count() == 0 => key.as_primitive_opt::<Int64Type>(),
-        _ => None,
-    };
-    let deltas = deltas
+/// The key columns of every part when they are one Int64 column without
+/// nulls.
+fn single_int64_key(parts: &[Vec<ArrayRef>]) -> Option<Vec<&Int64Array>> {
+    parts
         .iter()
-        .map(|k| int64(k))
-        .collect::<Option<Vec<_>>>()?;
-    Some((int64(base)?, deltas))
+        .map(|keys| match keys.as_slice() {
+            [key] if key.null_count() == 0 => key.as_primitive_opt::<Int64Type>(),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -234,7 +255,9 @@ mod tests {
             state(&[], &[]),
             state(&[("c", 1), ("b", 2)], &[31, 40]),
         ];
-        let merged = apply_deltas(base.clone(), &deltas, &keys).unwrap();
+        // The base as written in two slices, or one.
+        let slices = [base.slice(0, 1), base.slice(1, 2)];
+        let merged = apply_deltas(&slices, &deltas, &keys).unwrap();
         assert_eq!(
             rows(&merged),
             [
@@ -246,7 +269,7 @@ mod tests {
             ]
             .map(|(s, n, v)| (s.to_string(), n, v))
         );
-        assert_eq!(apply_deltas(base.clone(), &[], &keys).unwrap(), base);
+        assert_eq!(apply_deltas(&slices, &[], &keys).unwrap(), base);
     }
 
     #[test]
@@ -274,7 +297,8 @@ mod tests {
                 batch(vec![k(2), k(4), null], vec![21, 40, 91]),
                 batch(vec![k(4), k(5)], vec![41, 50]),
             ];
-            let merged = apply_deltas(base, &deltas, &["k".into()]).unwrap();
+            let slices = [base.slice(0, 2), base.slice(2, 1)];
+            let merged = apply_deltas(&slices, &deltas, &["k".into()]).unwrap();
             assert_eq!(
                 pairs(&merged),
                 [(k(1), 10), (k(2), 21), (null, 91), (k(4), 41), (k(5), 50)],
@@ -291,9 +315,10 @@ mod tests {
             Arc::new(StringArray::from(vec!["a"])) as ArrayRef,
         )])
         .unwrap();
-        let err = apply_deltas(base.clone(), &[other], &["name".into()]).unwrap_err();
+        let err =
+            apply_deltas(std::slice::from_ref(&base), &[other], &["name".into()]).unwrap_err();
         assert!(err.to_string().contains("differ from its base"), "{err}");
-        let err = apply_deltas(base.clone(), &[base], &["id".into()]).unwrap_err();
+        let err = apply_deltas(&[base.clone()], &[base], &["id".into()]).unwrap_err();
         assert!(err.to_string().contains("key column 'id'"), "{err}");
     }
 }

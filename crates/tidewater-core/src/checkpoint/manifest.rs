@@ -117,6 +117,13 @@ pub struct BlobRecord {
     pub delta: bool,
 }
 
+impl BlobRecord {
+    /// How errors name the blob, as listed by checkpoint `id`'s manifest.
+    pub fn describe(&self, id: CheckpointId) -> String {
+        format!("checkpoint {id}, blob '{}'", self.path)
+    }
+}
+
 /// The manifest of a completed checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {

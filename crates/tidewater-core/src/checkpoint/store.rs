@@ -145,9 +145,20 @@ impl StateStore {
 
     /// Reads a blob and verifies it against its record.
     pub async fn read_blob(&self, id: CheckpointId, record: &BlobRecord) -> Result<RecordBatch> {
+        let slices = self.read_blob_slices(id, record).await?;
+        blob::join(&slices, &record.describe(id))
+    }
+
+    /// Reads a blob and verifies it against its record, as the slices it
+    /// was written in (see [`blob::decode_slices`]).
+    pub async fn read_blob_slices(
+        &self,
+        id: CheckpointId,
+        record: &BlobRecord,
+    ) -> Result<Vec<RecordBatch>> {
         let path = self.blob_path(id, record)?;
         let bytes = self.get(&path, "read state blob").await?;
-        let what = format!("checkpoint {id}, blob '{}'", record.path);
+        let what = record.describe(id);
         if bytes.len() as u64 != record.bytes {
             return Err(Error::Corrupt(format!(
                 "{what}: {} bytes where the manifest says {}",
@@ -155,7 +166,7 @@ impl StateStore {
                 record.bytes
             )));
         }
-        blob::decode_verified(&bytes, record.crc32, &what)
+        blob::decode_slices(bytes, record.crc32, &what)
     }
 
     /// The object path of a blob record of checkpoint `id`'s manifest (in

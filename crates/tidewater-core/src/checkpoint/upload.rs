@@ -229,7 +229,7 @@ mod tests {
         assert_eq!(written.bytes, bytes.len() as u64);
         assert!(bytes.len() > 5 * PART_BYTES, "{} bytes", bytes.len());
         assert_eq!(written.crc32, blob::checksum(&bytes));
-        let back = blob::decode_verified(&bytes, written.crc32, "state").unwrap();
+        let back = blob::decode_verified(bytes.clone(), written.crc32, "state").unwrap();
         assert_eq!(back, batch);
         // The parts' buffers came back for the next blob, no more than kept.
         assert!(pool.kept() >= PARTS_IN_FLIGHT && pool.kept() <= KEPT_PARTS);
@@ -246,7 +246,7 @@ mod tests {
         let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
         assert_eq!(written.crc32, blob::checksum(&bytes));
         assert_eq!(
-            blob::decode_verified(&bytes, written.crc32, "state").unwrap(),
+            blob::decode_verified(bytes.clone(), written.crc32, "state").unwrap(),
             batch
         );
     }

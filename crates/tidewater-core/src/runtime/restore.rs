@@ -2,7 +2,7 @@
 //! [`plan_restore`](crate::checkpoint::restore_plan::plan_restore), carries
 //! out its plan on the sinks, and hands every task its state.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -10,13 +10,13 @@ use futures::{StreamExt, TryStreamExt, stream};
 
 use super::coordinator::commit_all;
 use super::task::read_source_state;
-use crate::checkpoint::StateStore;
 use crate::checkpoint::deltas::apply_deltas;
 use crate::checkpoint::manifest::{Manifest, OperatorRecord, Role};
 use crate::checkpoint::restore::RestoreOptions;
 use crate::checkpoint::restore_plan::{
     BlobCheck, Decision, ObservedCheckpoint, RestoreFacts, Start, plan_restore,
 };
+use crate::checkpoint::{StateStore, blob};
 use crate::error::{Error, Result};
 use crate::events::{
     CheckpointFallback, CheckpointRestored, InternalEvent, RestoreChange, SinkReverted,
@@ -217,31 +217,44 @@ async fn load_state(
         .map(|o| o.uid.as_str())
         .collect();
     let mut deltas: BTreeMap<(String, usize), Vec<RecordBatch>> = BTreeMap::new();
+    // A chain's base stays in the slices it was written in: applying the
+    // deltas picks its surviving rows from them in one copy.
+    let mut bases: HashMap<(String, usize), Vec<RecordBatch>> = HashMap::new();
+    let chained: HashSet<(&str, usize)> = manifest
+        .blobs
+        .iter()
+        .filter(|record| record.delta)
+        .map(|record| (record.uid.as_str(), record.subtask))
+        .collect();
     // In the manifest's order (a chain's base first), several reads at a time.
     let reads: Vec<_> = manifest
         .blobs
         .iter()
         .map(|record| async move {
-            let batch = store.read_blob(manifest.checkpoint, record).await?;
-            Ok::<_, Error>((record, batch))
+            let slices = store.read_blob_slices(manifest.checkpoint, record).await?;
+            Ok::<_, Error>((record, slices))
         })
         .collect();
     let mut reads = stream::iter(reads).buffered(READS_IN_FLIGHT);
-    while let Some((record, batch)) = reads.try_next().await? {
+    while let Some((record, slices)) = reads.try_next().await? {
         let at = (record.uid.clone(), record.subtask);
         if record.delta {
-            deltas.entry(at).or_default().push(batch);
-        } else if sources.contains(&record.uid.as_str()) {
-            let cursors = restored.cursors.entry(record.uid.clone()).or_default();
-            read_source_state(&batch, cursors)?;
+            deltas.entry(at).or_default().extend(slices);
+        } else if chained.contains(&(record.uid.as_str(), record.subtask)) {
+            bases.insert(at, slices);
         } else {
-            restored.operator_state.insert(at, batch);
+            let batch = blob::join(&slices, &record.describe(manifest.checkpoint))?;
+            if sources.contains(&record.uid.as_str()) {
+                let cursors = restored.cursors.entry(record.uid.clone()).or_default();
+                read_source_state(&batch, cursors)?;
+            } else {
+                restored.operator_state.insert(at, batch);
+            }
         }
     }
     for ((uid, subtask), chain) in deltas {
         let at = (uid, subtask);
-        let (Some(base), Some(keys)) = (restored.operator_state.remove(&at), state_keys.get(&at.0))
-        else {
+        let (Some(base), Some(keys)) = (bases.remove(&at), state_keys.get(&at.0)) else {
             let detail = if state_keys.contains_key(&at.0) {
                 format!("subtask {subtask}: its manifest lists deltas but no base before them")
             } else {
@@ -256,7 +269,7 @@ async fn load_state(
             });
         };
         // Still `Corrupt`, so that the restore falls back past this checkpoint.
-        let merged = apply_deltas(base, &chain, keys).map_err(|e| match e {
+        let merged = apply_deltas(&base, &chain, keys).map_err(|e| match e {
             Error::Corrupt(why) => Error::Corrupt(format!(
                 "checkpoint {}, operator '{}' subtask {subtask}: {why}",
                 manifest.checkpoint, at.0

@@ -322,7 +322,7 @@ fn a_base_and_its_deltas_add_up_to_the_full_state() {
                     StateChanges::Whole(_) => panic!("the aggregate always knows its changes"),
                 }
             }
-            let merged = apply_deltas(base.clone().unwrap(), &deltas, &["k".into()]).unwrap();
+            let merged = apply_deltas(&[base.clone().unwrap()], &deltas, &["k".into()]).unwrap();
             let full = op.output().unwrap().unwrap();
             assert_eq!(sorted_rows(&merged), sorted_rows(&full), "step {step}");
         }
