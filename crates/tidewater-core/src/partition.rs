@@ -3,7 +3,7 @@
 //! Keyed state checkpointed by subtask i is restored into subtask i, so a
 //! key must reach the same subtask in every process, build and machine. The
 //! hash is therefore a specified function, not whatever a hasher crate does
-//! today: [`PARTITIONER`] (XXH3-64, whose output is fixed by its published
+//! today: [`PARTITIONER_NAME`] (XXH3-64, whose output is fixed by its published
 //! specification) over a canonical byte encoding of each key value.
 //!
 //! The canonical encoding of one value:

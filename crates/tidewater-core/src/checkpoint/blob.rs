@@ -24,7 +24,7 @@ pub fn encode(batch: &RecordBatch) -> Result<Bytes> {
 }
 
 /// Encodes a state batch as an Arrow IPC stream into `writer`: one IPC
-/// batch per [`SLICE_BYTES`] or so of rows, so that the stream can be
+/// batch per 4 MiB (`SLICE_BYTES`) or so of rows, so that the stream can be
 /// written out as it is made without ever holding the whole of it.
 pub fn encode_to<W: Write>(batch: &RecordBatch, writer: W) -> Result<W> {
     let mut writer = StreamWriter::try_new(writer, &batch.schema())?;
