@@ -315,10 +315,10 @@ mod tests {
             Arc::new(StringArray::from(vec!["a"])) as ArrayRef,
         )])
         .unwrap();
-        let err =
-            apply_deltas(std::slice::from_ref(&base), &[other], &["name".into()]).unwrap_err();
+        let base = std::slice::from_ref(&base);
+        let err = apply_deltas(base, &[other], &["name".into()]).unwrap_err();
         assert!(err.to_string().contains("differ from its base"), "{err}");
-        let err = apply_deltas(&[base.clone()], &[base], &["id".into()]).unwrap_err();
+        let err = apply_deltas(base, base, &["id".into()]).unwrap_err();
         assert!(err.to_string().contains("key column 'id'"), "{err}");
     }
 }
