@@ -52,8 +52,9 @@ pub trait Lease: Send + Sync + std::fmt::Debug {
     /// The epoch the lease was taken with: the run's fencing token.
     fn epoch(&self) -> Epoch;
 
-    /// `Ok` while the run may still commit; [`Error::LeaseLost`](crate::Error::LeaseLost) once the
-    /// lease may have run out.
+    /// `Ok` while the run may still commit;
+    /// [`Error::LeaseLost`](crate::Error::LeaseLost) once the lease may have
+    /// run out.
     fn check(&self) -> Result<()>;
 }
 

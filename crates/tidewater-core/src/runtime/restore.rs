@@ -2,7 +2,7 @@
 //! [`plan_restore`](crate::checkpoint::restore_plan::plan_restore), carries
 //! out its plan on the sinks, and hands every task its state.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::record_batch::RecordBatch;
@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use super::coordinator::commit_all;
 use super::task::read_source_state;
 use crate::checkpoint::deltas::apply_deltas;
-use crate::checkpoint::manifest::{Manifest, OperatorRecord, Role};
+use crate::checkpoint::manifest::{BlobRecord, Manifest, OperatorRecord, Role};
 use crate::checkpoint::restore::RestoreOptions;
 use crate::checkpoint::restore_plan::{
     BlobCheck, Decision, ObservedCheckpoint, RestoreFacts, Start, plan_restore,
@@ -216,16 +216,11 @@ async fn load_state(
         .filter(|o| o.role == Role::Source)
         .map(|o| o.uid.as_str())
         .collect();
+    // Operator state as the slices it was written in, and the deltas after
+    // it: a chain's base is never joined on its own, applying the deltas
+    // picks its surviving rows from the slices in one copy.
+    let mut states: BTreeMap<(String, usize), (&BlobRecord, Vec<RecordBatch>)> = BTreeMap::new();
     let mut deltas: BTreeMap<(String, usize), Vec<RecordBatch>> = BTreeMap::new();
-    // A chain's base stays in the slices it was written in: applying the
-    // deltas picks its surviving rows from them in one copy.
-    let mut bases: HashMap<(String, usize), Vec<RecordBatch>> = HashMap::new();
-    let chained: HashSet<(&str, usize)> = manifest
-        .blobs
-        .iter()
-        .filter(|record| record.delta)
-        .map(|record| (record.uid.as_str(), record.subtask))
-        .collect();
     // In the manifest's order (a chain's base first), several reads at a time.
     let reads: Vec<_> = manifest
         .blobs
@@ -240,43 +235,158 @@ async fn load_state(
         let at = (record.uid.clone(), record.subtask);
         if record.delta {
             deltas.entry(at).or_default().extend(slices);
-        } else if chained.contains(&(record.uid.as_str(), record.subtask)) {
-            bases.insert(at, slices);
-        } else {
+        } else if sources.contains(&record.uid.as_str()) {
             let batch = blob::join(&slices, &record.describe(manifest.checkpoint))?;
-            if sources.contains(&record.uid.as_str()) {
-                let cursors = restored.cursors.entry(record.uid.clone()).or_default();
-                read_source_state(&batch, cursors)?;
-            } else {
-                restored.operator_state.insert(at, batch);
-            }
+            let cursors = restored.cursors.entry(record.uid.clone()).or_default();
+            read_source_state(&batch, cursors)?;
+        } else {
+            states.insert(at, (record, slices));
         }
     }
-    for ((uid, subtask), chain) in deltas {
-        let at = (uid, subtask);
-        let (Some(base), Some(keys)) = (bases.remove(&at), state_keys.get(&at.0)) else {
-            let detail = if state_keys.contains_key(&at.0) {
-                format!("subtask {subtask}: its manifest lists deltas but no base before them")
-            } else {
-                "has incremental deltas in the checkpoint, but the operator no longer names its \
-                 state's key columns (Operator::state_keys), so they cannot be applied"
-                    .to_string()
-            };
-            return Err(Error::IncompatibleState {
-                uid: at.0,
-                checkpoint: manifest.checkpoint,
-                detail,
-            });
+    let unusable_chain = |(uid, subtask): (String, usize)| {
+        let detail = if state_keys.contains_key(&uid) {
+            format!("subtask {subtask}: its manifest lists deltas but no base before them")
+        } else {
+            "has incremental deltas in the checkpoint, but the operator no longer names its \
+             state's key columns (Operator::state_keys), so they cannot be applied"
+                .to_string()
         };
-        // Still `Corrupt`, so that the restore falls back past this checkpoint.
-        let merged = apply_deltas(&base, &chain, keys).map_err(|e| match e {
-            Error::Corrupt(why) => Error::Corrupt(format!(
-                "checkpoint {}, operator '{}' subtask {subtask}: {why}",
-                manifest.checkpoint, at.0
-            )),
-            other => other,
-        })?;
-        restored.operator_state.insert(at, merged);
+        Error::IncompatibleState {
+            uid,
+            checkpoint: manifest.checkpoint,
+            detail,
+        }
+    };
+    for (at, (record, slices)) in states {
+        let state = match deltas.remove(&at) {
+            None => blob::join(&slices, &record.describe(manifest.checkpoint))?,
+            Some(chain) => {
+                let Some(keys) = state_keys.get(&at.0) else {
+                    return Err(unusable_chain(at));
+                };
+                // Still `Corrupt`, so that the restore falls back past this checkpoint.
+                apply_deltas(&slices, &chain, keys).map_err(|e| match e {
+                    Error::Corrupt(why) => Error::Corrupt(format!(
+                        "checkpoint {}, operator '{}' subtask {}: {why}",
+                        manifest.checkpoint, at.0, at.1
+                    )),
+                    other => other,
+                })?
+            }
+        };
+        restored.operator_state.insert(at, state);
+    }
+    if let Some((at, _)) = deltas.into_iter().next() {
+        return Err(unusable_chain(at));
     }
     Ok(restored)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::Int64Array;
+
+    use super::*;
+    use crate::checkpoint::blob::encode;
+    use crate::checkpoint::manifest::{CheckpointKind, MANIFEST_FORMAT};
+    use crate::ids::Epoch;
+    use crate::store_url::open_location;
+
+    fn batch(k: Vec<i64>, v: Vec<i64>) -> RecordBatch {
+        RecordBatch::try_from_iter([
+            ("k", Arc::new(Int64Array::from(k)) as _),
+            ("v", Arc::new(Int64Array::from(v)) as _),
+        ])
+        .unwrap()
+    }
+
+    /// A checkpoint of operator `agg` (one subtask) listing `blobs` in
+    /// order, each written in a folder of its own as a chain's are.
+    async fn checkpoint(blobs: Vec<(bool, RecordBatch)>) -> (StateStore, Manifest) {
+        let store = StateStore::new(&open_location("memory://state").unwrap(), "job");
+        let mut records = Vec::new();
+        for (i, (delta, state)) in blobs.into_iter().enumerate() {
+            let written_in = CheckpointId(i as u64 + 1);
+            let bytes = encode(&state).unwrap();
+            let record = store.put_blob(written_in, "agg", 0, bytes).await.unwrap();
+            records.push(BlobRecord {
+                written_in: Some(written_in),
+                delta,
+                ..record
+            });
+        }
+        let manifest = Manifest {
+            format: MANIFEST_FORMAT,
+            job: "job".into(),
+            checkpoint: CheckpointId(records.len() as u64),
+            kind: CheckpointKind::Periodic,
+            epoch: Epoch(1),
+            created_at_ms: 0,
+            fingerprint: String::new(),
+            partitioner: None,
+            key_groups: None,
+            operators: vec![OperatorRecord {
+                uid: "agg".into(),
+                role: Role::Operator,
+                kind: "aggregate".into(),
+                state_version: Some(1),
+                parallelism: 1,
+                rescalable: false,
+            }],
+            blobs: records,
+            commits: vec![],
+            rows_read: 0,
+        };
+        (store, manifest)
+    }
+
+    fn refused(result: Result<Restored>) -> Error {
+        match result {
+            Ok(_) => panic!("the checkpoint was restored"),
+            Err(e) => e,
+        }
+    }
+
+    fn keys_of_agg() -> HashMap<String, Vec<String>> {
+        HashMap::from([("agg".to_string(), vec!["k".to_string()])])
+    }
+
+    #[tokio::test]
+    async fn a_chain_is_applied_to_its_base_and_a_whole_state_is_kept_as_read() {
+        let base = batch(vec![1, 2, 3], vec![10, 20, 30]);
+        let (store, manifest) = checkpoint(vec![
+            (false, base.clone()),
+            (true, batch(vec![2, 4], vec![21, 40])),
+            (true, batch(vec![4], vec![41])),
+        ])
+        .await;
+        let restored = load_state(&store, &manifest, &keys_of_agg()).await.unwrap();
+        assert_eq!(
+            restored.operator_state[&("agg".to_string(), 0)],
+            batch(vec![1, 3, 2, 4], vec![10, 30, 21, 41])
+        );
+
+        let (store, manifest) = checkpoint(vec![(false, base.clone())]).await;
+        let restored = load_state(&store, &manifest, &HashMap::new())
+            .await
+            .unwrap();
+        assert_eq!(restored.operator_state[&("agg".to_string(), 0)], base);
+    }
+
+    #[tokio::test]
+    async fn deltas_without_a_base_or_without_key_columns_are_refused_by_name() {
+        let delta = batch(vec![2], vec![21]);
+        let (store, manifest) = checkpoint(vec![(true, delta.clone())]).await;
+        let err = refused(load_state(&store, &manifest, &keys_of_agg()).await);
+        assert!(
+            matches!(&err, Error::IncompatibleState { uid, .. } if uid == "agg"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("no base before them"), "{err}");
+
+        let base = batch(vec![1], vec![10]);
+        let (store, manifest) = checkpoint(vec![(false, base), (true, delta)]).await;
+        let err = refused(load_state(&store, &manifest, &HashMap::new()).await);
+        assert!(err.to_string().contains("Operator::state_keys"), "{err}");
+    }
 }
