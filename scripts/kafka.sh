@@ -94,7 +94,18 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 PROPS
   local cluster
-  cluster=$(python3 -c "import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip('='))")
+  # A cluster id is a URL-safe base64 UUID. One in 64 begins with '-', which
+  # the storage tool's argument parser takes for an option ("argument
+  # --cluster-id/-t: expected one argument"), so draw until it does not, as
+  # Kafka's own Uuid.randomUuid does.
+  cluster=$(python3 -c "
+import base64, uuid
+while True:
+    id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip('=')
+    if not id.startswith('-'):
+        print(id)
+        break
+")
   java -cp "$cache/libs/*" kafka.tools.StorageTool format -t "$cluster" \
     -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
     || { echo "formatting the Kafka log folder failed:" >&2; cat "$dir/format.log" >&2; return 1; }
