@@ -101,11 +101,12 @@ fn blobs_of(manifest: &Path, uid: &str) -> Vec<PathBuf> {
 
 #[test]
 fn a_corrupted_newest_checkpoint_falls_back_to_the_one_before() {
-    // aggregate: the newest checkpoint's partial aggregates are damaged (the
-    // pre-aggregation beside each source holds them until the input ends).
+    // aggregate: the newest checkpoint's aggregate state is damaged (the
+    // merging aggregate's: the pre-aggregation beside each source hands its
+    // partials on before each barrier and holds none across it).
     // copy: the newest checkpoint's source cursors are damaged, and the output
     // it already committed must be taken back, or those rows would repeat.
-    for (mode, uid) in [("aggregate", "aggregate.local"), ("copy", "generator")] {
+    for (mode, uid) in [("aggregate", "aggregate"), ("copy", "generator")] {
         let dir = tempfile::tempdir().unwrap();
         let job = Backfill::new(dir.path(), mode, rows_for(mode), KEYS);
         run_and_kill_after(&job, 2);

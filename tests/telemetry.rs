@@ -223,12 +223,13 @@ async fn a_restore_past_a_damaged_checkpoint_reports_the_fallback() {
         counter("tidewater_savepoints_requested_total", &[("job", name)]),
         1
     );
-    // Damage the savepoint's pre-aggregation state.
+    // Damage the savepoint's aggregate state (the merging aggregate's: the
+    // pre-aggregation hands its partials on before each barrier).
     let savepoint = newest_checkpoint(&state, name);
-    let blob = std::fs::read_dir(savepoint.join("aggregate.local"))
+    let blob = std::fs::read_dir(savepoint.join("aggregate"))
         .unwrap()
         .next()
-        .expect("a pre-aggregation blob")
+        .expect("an aggregate blob")
         .unwrap()
         .path();
     let mut bytes = std::fs::read(&blob).unwrap();

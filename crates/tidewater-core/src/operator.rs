@@ -98,6 +98,18 @@ pub trait Operator: Send + 'static {
     /// Processes one batch, emitting any number of batches.
     fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()>;
 
+    /// Called before each checkpoint barrier passes the operator (and
+    /// before [`finish`](Operator::finish)), again while it returns
+    /// `true`: each call emits a piece of what the
+    /// operator hands on rather than hold across the checkpoint (a
+    /// pre-aggregation's partials), and the runtime sends each piece on
+    /// before the next call, so a large hand-on never sits in memory
+    /// whole. Everything emitted reaches the operators after it ahead of
+    /// the barrier. The default hands on nothing.
+    fn before_barrier(&mut self, _out: &mut Collector) -> Result<bool> {
+        Ok(false)
+    }
+
     /// Called once when all input has ended; emits what the operator still holds.
     fn finish(&mut self, _out: &mut Collector) -> Result<()> {
         Ok(())

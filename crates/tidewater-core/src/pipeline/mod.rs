@@ -421,14 +421,15 @@ impl KeyedStream {
     }
 
     /// Aggregates per key; emits one row per key when the input ends. The
-    /// partial aggregates are checkpointed.
+    /// aggregates are checkpointed.
     ///
     /// Runs in two phases: beside each upstream subtask, an operator with
     /// uid `{uid}.local` aggregates that subtask's rows (at most 1Mi keys or
     /// 64 MiB at a time; 1Mi Int64 keys with three aggregates take ~45 MiB)
-    /// and checkpoints its partial aggregates; it hands
-    /// them to `uid` across the shuffle when its table is full and at the
-    /// end of input, so only partial aggregates cross the shuffle. When its
+    /// and hands its partial aggregates to `uid` across the shuffle before
+    /// each checkpoint barrier (the keys changed since the last one), when
+    /// its table is full and at the end of input, so only partial
+    /// aggregates cross the shuffle and a checkpoint holds each key once. When its
     /// table fills with fewer than two rows per key, it passes rows on
     /// unaggregated instead. `uid` merges the partials. Both keep state, so
     /// both uids must stay in the pipeline across a restore. With one

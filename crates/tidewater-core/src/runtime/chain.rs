@@ -39,9 +39,21 @@ pub(crate) struct ChainSnapshot {
 pub(crate) struct OperatorChain {
     pub operators: Vec<ChainedOperator>,
     pub subtask: usize,
+    /// The operator whose [`before_barrier`](Self::before_barrier) is
+    /// under way (0 between barriers).
+    handing_on: usize,
 }
 
 impl OperatorChain {
+    /// The chain of `operators`, in order, for `subtask`.
+    pub fn new(operators: Vec<ChainedOperator>, subtask: usize) -> Self {
+        OperatorChain {
+            operators,
+            subtask,
+            handing_on: 0,
+        }
+    }
+
     /// Runs a batch through every operator.
     pub fn process(&mut self, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
         self.process_from(0, vec![batch])
@@ -73,16 +85,49 @@ impl OperatorChain {
     pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
         let mut out = Vec::new();
         for i in 0..self.operators.len() {
-            let op = &mut self.operators[i];
-            let mut collector = Collector::default();
-            op.operator
-                .finish(&mut collector)
-                .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
-            let emitted = collector.take();
-            op.meter.rows_out(rows_of(&emitted));
+            let emitted = self.call(i, |operator, out| operator.finish(out))?;
             out.extend(self.process_from(i + 1, emitted)?);
         }
         Ok(out)
+    }
+
+    /// Before a barrier: the next piece of what an operator hands on
+    /// rather than hold across it ([`Operator::before_barrier`]), through
+    /// the operators after it; `None` once every operator is done. Call it
+    /// until `None`, sending each piece on before the next call.
+    pub fn before_barrier(&mut self) -> Result<Option<Vec<RecordBatch>>> {
+        while self.handing_on < self.operators.len() {
+            let i = self.handing_on;
+            let mut more = false;
+            let emitted = self.call(i, |operator, out| {
+                more = operator.before_barrier(out)?;
+                Ok(())
+            })?;
+            if !more {
+                self.handing_on += 1;
+            }
+            let out = self.process_from(i + 1, emitted)?;
+            if !out.is_empty() {
+                return Ok(Some(out));
+            }
+        }
+        self.handing_on = 0;
+        Ok(None)
+    }
+
+    /// Runs `step` on operator `i`; returns what it emitted.
+    fn call(
+        &mut self,
+        i: usize,
+        step: impl FnOnce(&mut dyn Operator, &mut Collector) -> Result<()>,
+    ) -> Result<Vec<RecordBatch>> {
+        let op = &mut self.operators[i];
+        let mut collector = Collector::default();
+        step(op.operator.as_mut(), &mut collector)
+            .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
+        let emitted = collector.take();
+        op.meter.rows_out(rows_of(&emitted));
+        Ok(emitted)
     }
 
     /// The state of every stateful operator: whole, or for operators with

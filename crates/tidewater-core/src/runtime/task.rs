@@ -114,6 +114,15 @@ impl TaskCore {
         Ok(())
     }
 
+    /// Sends on, piece by piece, what the chain's operators hand on
+    /// before a barrier or the end.
+    async fn hand_on(&mut self) -> Result<()> {
+        while let Some(handed_on) = self.chain.before_barrier()? {
+            self.emit(handed_on).await?;
+        }
+        Ok(())
+    }
+
     async fn process(&mut self, batch: RecordBatch) -> Result<()> {
         let out = self.chain.process(batch)?;
         self.emit(out).await
@@ -159,6 +168,7 @@ impl TaskCore {
         rows_read: u64,
     ) -> Result<()> {
         let began = Instant::now();
+        self.hand_on().await?;
         let snapshot = self.chain.snapshot()?;
         let mut states = snapshot.states;
         let subtask = self.chain.subtask;
@@ -204,6 +214,8 @@ impl TaskCore {
     /// Ends the task: flushes the chain, passes the end on, pre-commits the final data.
     async fn finish(&mut self, checkpoint: CheckpointId, rows_read: u64) -> Result<()> {
         let began = Instant::now();
+        // In pieces the channels backpressure, not all at once in `finish`.
+        self.hand_on().await?;
         let out = self.chain.finish()?;
         self.emit(out).await?;
         if let Tail::Sink { uid, writer, .. } = &mut self.tail {

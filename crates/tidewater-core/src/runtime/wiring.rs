@@ -194,10 +194,7 @@ pub(crate) async fn wire(
                 _ => Tail::Channels(Output::new(std::mem::take(&mut routes[c][subtask]))),
             };
             let core = TaskCore {
-                chain: OperatorChain {
-                    operators: chained,
-                    subtask,
-                },
+                chain: OperatorChain::new(chained, subtask),
                 tail,
                 store: store.clone(),
                 events: events_tx.clone(),

@@ -78,6 +78,32 @@ impl AccumulatorTable {
         }
     }
 
+    /// Appends to `into` the groups a pre-aggregation has to hand on: every
+    /// group from `new_from` on, and each one before it whose row left the
+    /// accumulators' identities. (An older group still at its identities
+    /// adds nothing downstream, where it already exists.)
+    pub fn changed_rows(&self, new_from: usize, into: &mut Vec<u32>) {
+        let width = 1 << self.shift;
+        let old = new_from.min(self.groups());
+        for (group, row) in self.words[..old << self.shift]
+            .chunks_exact(width)
+            .enumerate()
+        {
+            if row != self.fresh_row.as_slice() {
+                into.push(group as u32);
+            }
+        }
+        into.extend(old as u32..self.groups() as u32);
+    }
+
+    /// Puts each of `groups` back to its accumulators' identities.
+    pub fn reset_rows(&mut self, groups: &[u32]) {
+        let width = 1usize << self.shift;
+        for &group in groups {
+            self.words[(group as usize) << self.shift..][..width].copy_from_slice(&self.fresh_row);
+        }
+    }
+
     /// The words and the row shift, for the update loops.
     pub fn cells(&mut self) -> (&mut [u64], u32) {
         (&mut self.words, self.shift)
@@ -142,5 +168,27 @@ mod tests {
         assert_eq!(ints(&columns[0]), vec![0, 0, 0]);
         table.resize(2); // never shrinks
         assert_eq!(table.groups(), 3);
+    }
+
+    #[test]
+    fn changed_rows_are_the_new_groups_and_the_old_ones_off_their_identities() {
+        let mut table = AccumulatorTable::new(&[0, i64::MIN.to_word()]);
+        table.resize(6);
+        let (cells, shift) = table.cells();
+        cells[1 << shift] = 3; // group 1, first slot
+        cells[(4 << shift) | 1] = 9; // group 4 (new), second slot
+        let mut changed = Vec::new();
+        table.changed_rows(3, &mut changed);
+        assert_eq!(changed, vec![1, 3, 4, 5]);
+        table.reset_rows(&changed);
+        changed.clear();
+        table.changed_rows(6, &mut changed);
+        assert!(
+            changed.is_empty(),
+            "all back at their identities: {changed:?}"
+        );
+        changed.clear();
+        table.changed_rows(usize::MAX, &mut changed);
+        assert!(changed.is_empty(), "no group past the last one is new");
     }
 }

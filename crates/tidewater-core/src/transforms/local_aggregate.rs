@@ -1,17 +1,25 @@
 //! The first half of a two-phase aggregation: each upstream subtask
 //! aggregates its own rows before the shuffle, so a key crosses the shuffle
-//! once instead of once per row (the "combiner" of MapReduce, the partial
-//! aggregation of DuckDB's and DataFusion's parallel GROUP BY).
+//! once per checkpoint interval instead of once per row (the "combiner" of
+//! MapReduce, the partial aggregation of DuckDB's and DataFusion's parallel
+//! GROUP BY).
 //!
-//! Its partial groups are checkpointed state: at a barrier it snapshots them
-//! instead of sending them on, so checkpointing costs a copy of the table,
-//! not a shuffle and a merge of every key. It hands its partials to the
-//! merging aggregate when its table is full and at the end of input. A
-//! restored pre-aggregation continues from its snapshot; the merging
-//! aggregate holds what was handed on before it, so together they cover
-//! exactly the rows before the barrier. Where pre-aggregating does not pay
-//! (the table filled with fewer than [`MIN_ROWS_PER_GROUP`] rows per key),
-//! it passes rows on, reshaped as one-row partials, and holds nothing.
+//! Before each checkpoint barrier it hands its partials on to the merging
+//! aggregate, so the barrier finds nothing here and a checkpoint holds each
+//! key once, in the merging aggregate's state (snapshotting the partials
+//! here as well doubled the checkpoint bytes at 1M keys). The groups stay
+//! in the table, back at their accumulators' identities: the same keys
+//! tend to come again, and finding them in place costs less than adding
+//! them anew. Only groups that changed since the last hand-on go on (a
+//! group still at its identities would add nothing downstream, where it
+//! already exists), in pieces of [`HAND_ON_ROWS`] that the channels
+//! backpressure one at a time.
+//!
+//! It also hands its partials on when its table is full and at the end of
+//! input. Where pre-aggregating does not pay (the table filled with fewer
+//! than [`MIN_ROWS_PER_GROUP`] rows per key), it passes rows on, reshaped as
+//! one-row partials, and holds nothing. Partials restored from a checkpoint
+//! that an earlier version wrote with them are handed on first.
 
 use std::sync::Arc;
 
@@ -19,7 +27,7 @@ use arrow::array::RecordBatch;
 
 use super::aggregate::{AggregateOperator, AggregateSpec};
 use crate::error::Result;
-use crate::operator::{Collector, Operator, StateChanges};
+use crate::operator::{Collector, Operator};
 
 /// Groups held before the partials go on: 1Mi groups of an Int64 key and
 /// three aggregates take ~45 MiB per subtask (key, slot and a 32-byte
@@ -34,10 +42,15 @@ const MAX_BYTES: usize = 64 << 20;
 /// Rows per group below which a full table shows pre-aggregation does not pay.
 const MIN_ROWS_PER_GROUP: f64 = 2.0;
 
+/// Partial groups per batch handed on before a barrier: 512 KiB per 8-byte
+/// column, so a table of 1M groups goes on in pieces that the channels
+/// hold a few of at a time, not in one copy of the table.
+const HAND_ON_ROWS: usize = 16_384;
+
 /// Pre-aggregates `spec` per key ahead of a shuffle (see the module docs).
 pub(crate) struct LocalAggregateOperator {
     groups: AggregateOperator,
-    /// Rows aggregated since the table was last handed on (rows before a
+    /// Rows aggregated since the table was last emptied (rows before a
     /// restore are not counted).
     rows_since_flush: u64,
     max_groups: usize,
@@ -49,9 +62,18 @@ pub(crate) struct LocalAggregateOperator {
     /// first batch. They are not aggregated into the table: after a rescale
     /// one subtask may restore the same key from several old subtasks.
     restored: Option<RecordBatch>,
-    /// Groups went on downstream since the last snapshot: a delta cannot
-    /// say they are gone, so the next snapshot is whole.
-    dropped_groups: bool,
+    /// The group count at the last hand-on: groups from it on are new.
+    handed_groups: usize,
+    /// Per aggregate, the groups that had no value in it at the last
+    /// hand-on: one that gets a value must go on even if it is an identity.
+    unseen_then: Vec<Vec<u32>>,
+    /// The groups of the hand-on under way, and how many went on already.
+    handing_on: Vec<u32>,
+    handed: Option<usize>,
+    /// Everything went on before the barrier: nothing to snapshot.
+    handed_on: bool,
+    /// Groups per piece of a hand-on ([`HAND_ON_ROWS`]).
+    piece_rows: usize,
 }
 
 impl LocalAggregateOperator {
@@ -81,14 +103,51 @@ impl LocalAggregateOperator {
             min_rows_per_group: MIN_ROWS_PER_GROUP,
             passing_through: false,
             restored: None,
-            dropped_groups: false,
+            handed_groups: 0,
+            unseen_then: Vec::new(),
+            handing_on: Vec::new(),
+            handed: None,
+            handed_on: false,
+            piece_rows: HAND_ON_ROWS,
         })
     }
 
+    /// Hands on the next piece of the changed groups; `true` while more remain.
+    fn hand_on_piece(&mut self, out: &mut Collector) -> Result<bool> {
+        let from = match self.handed {
+            Some(from) => from,
+            None => {
+                self.handing_on.clear();
+                self.groups.changed_groups(
+                    self.handed_groups,
+                    &self.unseen_then,
+                    &mut self.handing_on,
+                );
+                0
+            }
+        };
+        let to = (from + self.piece_rows).min(self.handing_on.len());
+        if to > from {
+            self.groups.hand_on(&self.handing_on[from..to], out)?;
+        }
+        if to < self.handing_on.len() {
+            self.handed = Some(to);
+            return Ok(true);
+        }
+        self.handed = None;
+        self.handed_groups = self.groups.group_count();
+        self.unseen_then = self.groups.unseen_groups();
+        Ok(false)
+    }
+
+    /// Hands on every changed group and empties the table.
     fn flush(&mut self, out: &mut Collector) -> Result<()> {
+        while self.hand_on_piece(out)? {}
         self.rows_since_flush = 0;
-        self.dropped_groups = true;
-        self.groups.emit_and_clear(out)
+        self.handed_groups = 0;
+        self.unseen_then.clear();
+        self.groups.clear();
+        Ok(())
     }
 }
 
@@ -98,8 +157,8 @@ impl Operator for LocalAggregateOperator {
     }
 
     fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        self.handed_on = false;
         if let Some(partials) = self.restored.take() {
-            self.dropped_groups = true;
             out.emit(partials);
         }
         if self.passing_through {
@@ -127,8 +186,21 @@ impl Operator for LocalAggregateOperator {
         Some(1)
     }
 
+    fn before_barrier(&mut self, out: &mut Collector) -> Result<bool> {
+        if let Some(partials) = self.restored.take() {
+            out.emit(partials);
+        }
+        let more = self.hand_on_piece(out)?;
+        self.handed_on = !more;
+        Ok(more)
+    }
+
+    /// Nothing once the partials went on before the barrier (as they do in
+    /// a running job); otherwise the partials not handed on yet.
     fn snapshot(&mut self) -> Result<Option<RecordBatch>> {
-        self.dropped_groups = false;
+        if self.handed_on {
+            return Ok(None);
+        }
         // Not handed on yet, so no batch came since the restore: the table
         // is empty, and the restored partials are all there is.
         if let Some(partials) = &self.restored {
@@ -141,19 +213,6 @@ impl Operator for LocalAggregateOperator {
         self.groups.snapshot()
     }
 
-    fn track_changes(&mut self) -> bool {
-        self.groups.track_changes()
-    }
-
-    /// The groups updated since the last snapshot, unless groups went on
-    /// downstream since (a flush, or the restored partials): then all.
-    fn snapshot_changes(&mut self) -> Result<StateChanges> {
-        if self.dropped_groups || self.restored.is_some() || self.passing_through {
-            return Ok(StateChanges::Whole(self.snapshot()?));
-        }
-        self.groups.snapshot_changes()
-    }
-
     /// Partial groups, one row each: split by key group on a rescale like
     /// any keyed state (where they land does not matter, as long as each
     /// lands once: the merge downstream combines them).
@@ -163,8 +222,8 @@ impl Operator for LocalAggregateOperator {
 
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
         // Restored before any batch: the partials go on with the first
-        // batch (or at the end); the merge downstream combines them with
-        // whatever else holds the same keys.
+        // batch, before the first barrier, or at the end; the merge
+        // downstream combines them with whatever else holds the same keys.
         self.rows_since_flush = 0;
         self.restored = Some(state);
         Ok(())
@@ -251,7 +310,11 @@ mod tests {
         checkpoint_every: usize,
     ) -> Vec<RecordBatch> {
         let local = || {
-            LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), max_groups).unwrap()
+            let mut local =
+                LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), max_groups)
+                    .unwrap();
+            local.piece_rows = 100; // hand-ons in several pieces
+            local
         };
         let merging = || AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
         let mut locals = [local(), local()];
@@ -263,6 +326,20 @@ mod tests {
                 merge.process(partial, &mut Collector::default()).unwrap();
             }
             if (i + 1) % checkpoint_every == 0 {
+                for old in &mut locals {
+                    while old.before_barrier(&mut partials).unwrap() {}
+                }
+                for partial in partials.take() {
+                    merge.process(partial, &mut Collector::default()).unwrap();
+                }
+                // Every other checkpoint the operators go on as they are,
+                // as after a checkpoint without a crash.
+                if (i + 1) % (2 * checkpoint_every) != 0 {
+                    for op in &mut locals {
+                        assert!(op.snapshot().unwrap().is_none(), "all handed on");
+                    }
+                    continue;
+                }
                 for old in &mut locals {
                     let mut restored = local();
                     if let Some(state) = old.snapshot().unwrap() {
@@ -387,5 +464,51 @@ mod tests {
         let mut chained = LocalAggregateOperator::passing_on(vec!["k".into()], spec()).unwrap();
         chained.process(input(0, 500, 64), &mut out).unwrap();
         assert!(chained.passing_through);
+    }
+
+    #[test]
+    fn only_changed_groups_go_on_and_a_first_value_goes_on_even_at_the_identity() {
+        let spec = || Arc::new(AggregateSpec::new().sum("v", "sum_v"));
+        let batch = |k: Vec<i64>, v: Vec<Option<f64>>| {
+            RecordBatch::try_from_iter([
+                ("k", Arc::new(Int64Array::from(k)) as ArrayRef),
+                ("v", Arc::new(Float64Array::from(v)) as ArrayRef),
+            ])
+            .unwrap()
+        };
+        let batches = [
+            batch(vec![1, 2, 3], vec![None, Some(5.0), Some(2.0)]),
+            // Key 1's first value is 0.0: its sum stays at the identity.
+            batch(vec![1], vec![Some(0.0)]),
+            batch(vec![2, 2], vec![Some(1.0), None]),
+            batch(vec![], vec![]),
+        ];
+        let mut local = LocalAggregateOperator::new(vec!["k".into()], spec()).unwrap();
+        let mut merge = AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
+        let mut handed_on = Vec::new();
+        for batch in batches {
+            let mut partials = Collector::default();
+            local.process(batch, &mut partials).unwrap();
+            while local.before_barrier(&mut partials).unwrap() {}
+            assert!(local.snapshot().unwrap().is_none(), "all handed on");
+            let partials = partials.take();
+            handed_on.push(partials.iter().map(|p| p.num_rows()).sum::<usize>());
+            for partial in partials {
+                merge.process(partial, &mut Collector::default()).unwrap();
+            }
+        }
+        assert_eq!(handed_on, vec![3, 1, 1, 0], "groups handed on per barrier");
+        let mut out = Collector::default();
+        merge.finish(&mut out).unwrap();
+        let mut sums = BTreeMap::new();
+        for b in out.take() {
+            let (k, sum) = (b.column(0).as_primitive::<Int64Type>(), b.column(1));
+            let sum = sum.as_primitive::<Float64Type>();
+            for r in 0..b.num_rows() {
+                sums.insert(k.value(r), sum.is_valid(r).then(|| sum.value(r)));
+            }
+        }
+        let expected = BTreeMap::from([(1, Some(0.0)), (2, Some(6.0)), (3, Some(2.0))]);
+        assert_eq!(sums, expected);
     }
 }

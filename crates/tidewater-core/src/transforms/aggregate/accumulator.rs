@@ -115,6 +115,14 @@ where
         self.unseen == self.seen.len() - self.fresh_from
     }
 
+    /// The groups that got no value yet, appended to `into`.
+    pub(super) fn unseen_into(&self, into: &mut Vec<u32>) {
+        if self.unseen > 0 {
+            let unseen = self.seen.iter().enumerate().filter(|(_, seen)| !**seen);
+            into.extend(unseen.map(|(g, _)| g as u32));
+        }
+    }
+
     /// Notes that a null-free batch gave every group a value.
     pub(super) fn mark_fresh_seen(&mut self) {
         self.seen[self.fresh_from..].fill(true);
@@ -381,6 +389,24 @@ impl Accumulator {
     }
 
     /// After a one-pass update: every group of the batch got a value.
+    /// Whether group `g` has a value (a count always has one).
+    pub(super) fn seen(&self, g: u32) -> bool {
+        match self {
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) => true,
+            Accumulator::Int(n) => n.seen[g as usize],
+            Accumulator::Float(n) => n.seen[g as usize],
+        }
+    }
+
+    /// The groups that have no value yet, appended to `into`.
+    pub(super) fn unseen_into(&self, into: &mut Vec<u32>) {
+        match self {
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) => {}
+            Accumulator::Int(n) => n.unseen_into(into),
+            Accumulator::Float(n) => n.unseen_into(into),
+        }
+    }
+
     pub(super) fn mark_fresh_seen(&mut self) {
         match self {
             Accumulator::CountRows(_) | Accumulator::CountValues(_) => {}

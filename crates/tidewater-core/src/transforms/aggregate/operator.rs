@@ -140,8 +140,8 @@ impl AggregateOperator {
     }
 
     /// Raw rows as partial aggregates of one row each, in the output's
-    /// schema: what [`emit_and_clear`](Self::emit_and_clear) would emit if
-    /// every row had a key of its own.
+    /// schema: what a hand-on of every group would emit if every row had a key of
+    /// its own.
     pub(crate) fn partial_rows(&mut self, batch: &RecordBatch) -> Result<RecordBatch> {
         if self.layout.is_none() || self.groups.is_none() {
             let (layout, groups) = self.bind(&batch.schema())?;
@@ -166,16 +166,70 @@ impl AggregateOperator {
         Ok(RecordBatch::try_new(schema, columns)?)
     }
 
-    /// Emits every group and starts again from none.
-    pub(crate) fn emit_and_clear(&mut self, out: &mut Collector) -> Result<()> {
-        self.finish(out)?;
+    /// Appends to `into`, in ascending order, the groups a pre-aggregation
+    /// hands on before a barrier, given the group count (`new_from`) and
+    /// [`unseen_groups`](Self::unseen_groups) at its last hand-on: the
+    /// groups added since, the older ones whose accumulators left their
+    /// identities, and the older ones that got a first value in some
+    /// aggregate (which may be its identity: a sum of zeros).
+    pub(crate) fn changed_groups(
+        &self,
+        new_from: usize,
+        unseen_then: &[Vec<u32>],
+        into: &mut Vec<u32>,
+    ) {
+        let Some(groups) = &self.groups else {
+            return;
+        };
+        let start = into.len();
+        groups.table.changed_rows(new_from, into);
+        let before = into.len();
+        for (accumulator, unseen) in groups.accumulators.iter().zip(unseen_then) {
+            into.extend(unseen.iter().filter(|g| accumulator.seen(**g)));
+        }
+        if into.len() > before {
+            let mut changed = into.split_off(start);
+            changed.sort_unstable();
+            changed.dedup();
+            into.extend(changed);
+        }
+    }
+
+    /// For each aggregate, the groups that have no value in it yet (all
+    /// their rows so far were null), in ascending order.
+    pub(crate) fn unseen_groups(&self) -> Vec<Vec<u32>> {
+        let Some(groups) = &self.groups else {
+            return Vec::new();
+        };
+        let unseen = |accumulator: &Accumulator| {
+            let mut unseen = Vec::new();
+            accumulator.unseen_into(&mut unseen);
+            unseen
+        };
+        groups.accumulators.iter().map(unseen).collect()
+    }
+
+    /// Emits the rows of `wanted` and puts them back to their identities.
+    /// The groups stay: the same keys tend to come again after the barrier,
+    /// and finding them in place costs less than adding them anew.
+    pub(crate) fn hand_on(&mut self, wanted: &[u32], out: &mut Collector) -> Result<()> {
+        if let Some(batch) = self.output_of(wanted)? {
+            out.emit(batch);
+        }
+        if let Some(groups) = &mut self.groups {
+            groups.table.reset_rows(wanted);
+        }
+        Ok(())
+    }
+
+    /// Drops every group: the next batch starts from none.
+    pub(crate) fn clear(&mut self) {
         self.groups = None;
         self.layout = None;
         // Group numbers start over: marks of the old groups mean nothing.
         if let Some(changed) = &mut self.changed {
             changed.clear();
         }
-        Ok(())
     }
 
     fn bind(&self, input: &Schema) -> Result<(Layout, Groups)> {
