@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A throwaway S3-compatible server on loopback, for tests: moto's server, from
-# PyPI. It implements what tidewater relies on: multipart uploads that a later
+# PyPI, one request at a time per object (scripts/s3_server.py says why). It
+# implements what tidewater relies on: multipart uploads that a later
 # process completes, and conditional writes (`If-None-Match: *` answered with
 # 412), which the create-only checkpoint manifest uses.
 #
@@ -31,7 +32,7 @@ up() {
   else
     install
     mkdir -p "$dir"
-    nohup python3 -m moto.server -H 127.0.0.1 -p "$port" >"$dir/server.log" 2>&1 &
+    nohup python3 "$(dirname "$0")/s3_server.py" 127.0.0.1 "$port" >"$dir/server.log" 2>&1 &
     echo $! >"$dir/server.pid"
     for _ in $(seq 1 80); do
       ready && break
