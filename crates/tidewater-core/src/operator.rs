@@ -5,6 +5,7 @@ use std::sync::Arc;
 use arrow::record_batch::RecordBatch;
 
 use crate::error::{Error, Result};
+use crate::partition::KeyRouting;
 
 /// Where an operator instance runs: its uid and which subtask of how many.
 #[derive(Debug, Clone)]
@@ -25,18 +26,55 @@ pub struct TaskContext {
 /// Collects the batches an operator emits for one call.
 #[derive(Debug, Default)]
 pub struct Collector {
-    batches: Vec<RecordBatch>,
+    batches: Vec<Outgoing>,
+    /// How the task's edge routes rows, when the operator is the task's
+    /// last and its output crosses one hash-partitioned edge.
+    routing: Option<Arc<KeyRouting>>,
 }
 
+/// An emitted batch, and the downstream subtask its operator routed it to
+/// (`None`: the edge routes it).
+pub(crate) type Outgoing = (RecordBatch, Option<usize>);
+
 impl Collector {
-    /// Emits a batch downstream. Empty batches are dropped.
-    pub fn emit(&mut self, batch: RecordBatch) {
-        if batch.num_rows() > 0 {
-            self.batches.push(batch);
+    /// A collector for the last operator of a task whose output crosses
+    /// the hash edge `routing` (or any other edges, when `None`).
+    pub(crate) fn routed_by(routing: Option<Arc<KeyRouting>>) -> Self {
+        Collector {
+            batches: Vec::new(),
+            routing,
         }
     }
 
+    /// Emits a batch downstream. Empty batches are dropped.
+    pub fn emit(&mut self, batch: RecordBatch) {
+        if batch.num_rows() > 0 {
+            self.batches.push((batch, None));
+        }
+    }
+
+    /// How the edge after this operator routes rows by key, when the
+    /// operator may route batches itself ([`emit_to`](Self::emit_to)).
+    pub(crate) fn routing(&self) -> Option<&KeyRouting> {
+        self.routing.as_deref()
+    }
+
+    /// Emits a batch every row of which the edge's [`routing`](Self::routing)
+    /// sends to downstream subtask `subtask`: the edge sends it there whole.
+    pub(crate) fn emit_to(&mut self, batch: RecordBatch, subtask: usize) {
+        if batch.num_rows() > 0 {
+            self.batches.push((batch, Some(subtask)));
+        }
+    }
+
+    /// The batches emitted, without their routes.
+    #[cfg(test)]
     pub(crate) fn take(&mut self) -> Vec<RecordBatch> {
+        self.batches.drain(..).map(|(batch, _)| batch).collect()
+    }
+
+    /// The batches emitted, each with its route.
+    pub(crate) fn take_routed(&mut self) -> Vec<Outgoing> {
         std::mem::take(&mut self.batches)
     }
 }

@@ -138,6 +138,40 @@ impl KeyGroups {
     }
 }
 
+/// How a task's one hash-partitioned edge routes rows: by the key groups
+/// of `columns`, spread over the downstream subtasks as `groups` says.
+///
+/// An operator at the end of such a task that already knows each key's
+/// subtask (the pre-aggregation works it out once per key, not once per
+/// hand-on) can emit batches routed whole to one subtask, and the edge
+/// sends them on without hashing or splitting them.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyRouting {
+    /// The key columns, by name, as the edge reads them.
+    pub columns: Vec<String>,
+    /// The job's key groups over the downstream subtasks.
+    pub groups: KeyGroups,
+}
+
+impl KeyRouting {
+    /// Appends to `owners` the downstream subtask of each row of the key
+    /// `columns` (in this routing's column order), as the edge would route it.
+    pub(crate) fn owners_into(
+        &self,
+        columns: &[&ArrayRef],
+        hashes: &mut Vec<u64>,
+        owners: &mut Vec<u16>,
+    ) -> Result<()> {
+        hash_columns(columns, hashes)?;
+        owners.extend(
+            hashes
+                .iter()
+                .map(|h| self.groups.owners[self.groups.group_of(*h) as usize]),
+        );
+        Ok(())
+    }
+}
+
 /// Whether `count` key groups can be spread over `parallelism` subtasks.
 pub fn check_key_groups(count: u32, parallelism: usize) -> Result<()> {
     if count == 0 || count > MAX_KEY_GROUPS {

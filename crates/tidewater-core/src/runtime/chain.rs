@@ -7,7 +7,8 @@ use arrow::record_batch::RecordBatch;
 use crate::checkpoint::incremental::{ChainLength, ChainPolicy, SnapshotKind};
 use crate::error::Result;
 use crate::events::OperatorMeter;
-use crate::operator::{Collector, Operator, StateChanges};
+use crate::operator::{Collector, Operator, Outgoing, StateChanges};
+use crate::partition::KeyRouting;
 
 pub(crate) struct ChainedOperator {
     pub uid: Arc<str>,
@@ -42,47 +43,66 @@ pub(crate) struct OperatorChain {
     /// The operator whose [`before_barrier`](Self::before_barrier) is
     /// under way (0 between barriers).
     handing_on: usize,
+    /// How the task's one hash edge routes rows, told to the last operator
+    /// so that it may route what it emits.
+    routing: Option<Arc<KeyRouting>>,
 }
 
 impl OperatorChain {
-    /// The chain of `operators`, in order, for `subtask`.
-    pub fn new(operators: Vec<ChainedOperator>, subtask: usize) -> Self {
+    /// The chain of `operators`, in order, for `subtask`; its output
+    /// crosses the edge `routing` when that is one hash edge.
+    pub fn new(
+        operators: Vec<ChainedOperator>,
+        subtask: usize,
+        routing: Option<KeyRouting>,
+    ) -> Self {
         OperatorChain {
             operators,
             subtask,
             handing_on: 0,
+            routing: routing.map(Arc::new),
         }
     }
 
     /// Runs a batch through every operator.
-    pub fn process(&mut self, batch: RecordBatch) -> Result<Vec<RecordBatch>> {
-        self.process_from(0, vec![batch])
+    pub fn process(&mut self, batch: RecordBatch) -> Result<Vec<Outgoing>> {
+        self.process_from(0, vec![(batch, None)])
     }
 
-    fn process_from(
-        &mut self,
-        first: usize,
-        mut batches: Vec<RecordBatch>,
-    ) -> Result<Vec<RecordBatch>> {
-        let mut collector = Collector::default();
-        for op in &mut self.operators[first..] {
-            if batches.is_empty() {
-                break;
-            }
+    /// The collector of operator `i`: the last one learns the edge's routing.
+    fn collector(&self, i: usize) -> Collector {
+        let last = i + 1 == self.operators.len();
+        Collector::routed_by(self.routing.clone().filter(|_| last))
+    }
+
+    /// Runs `emitted` through the operators from `first` on. Batches that
+    /// pass no operator keep their routes.
+    fn process_from(&mut self, first: usize, emitted: Vec<Outgoing>) -> Result<Vec<Outgoing>> {
+        if emitted.is_empty() || first >= self.operators.len() {
+            return Ok(emitted);
+        }
+        let mut batches: Vec<RecordBatch> = emitted.into_iter().map(|(batch, _)| batch).collect();
+        for i in first..self.operators.len() {
+            let mut collector = self.collector(i);
+            let op = &mut self.operators[i];
             for batch in batches {
                 op.meter.batch_in(batch.num_rows());
                 op.operator
                     .process(batch, &mut collector)
                     .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
             }
-            batches = collector.take();
-            op.meter.rows_out(rows_of(&batches));
+            let out = collector.take_routed();
+            op.meter.rows_out(rows_of(&out));
+            if i + 1 == self.operators.len() || out.is_empty() {
+                return Ok(out);
+            }
+            batches = out.into_iter().map(|(batch, _)| batch).collect();
         }
-        Ok(batches)
+        Ok(Vec::new())
     }
 
     /// Ends the input: each operator's final output flows through the ones after it.
-    pub fn finish(&mut self) -> Result<Vec<RecordBatch>> {
+    pub fn finish(&mut self) -> Result<Vec<Outgoing>> {
         let mut out = Vec::new();
         for i in 0..self.operators.len() {
             let emitted = self.call(i, |operator, out| operator.finish(out))?;
@@ -95,7 +115,7 @@ impl OperatorChain {
     /// rather than hold across it ([`Operator::before_barrier`]), through
     /// the operators after it; `None` once every operator is done. Call it
     /// until `None`, sending each piece on before the next call.
-    pub fn before_barrier(&mut self) -> Result<Option<Vec<RecordBatch>>> {
+    pub fn before_barrier(&mut self) -> Result<Option<Vec<Outgoing>>> {
         while self.handing_on < self.operators.len() {
             let i = self.handing_on;
             let mut more = false;
@@ -120,12 +140,12 @@ impl OperatorChain {
         &mut self,
         i: usize,
         step: impl FnOnce(&mut dyn Operator, &mut Collector) -> Result<()>,
-    ) -> Result<Vec<RecordBatch>> {
+    ) -> Result<Vec<Outgoing>> {
+        let mut collector = self.collector(i);
         let op = &mut self.operators[i];
-        let mut collector = Collector::default();
         step(op.operator.as_mut(), &mut collector)
             .map_err(|e| e.in_operator(&op.uid, self.subtask))?;
-        let emitted = collector.take();
+        let emitted = collector.take_routed();
         op.meter.rows_out(rows_of(&emitted));
         Ok(emitted)
     }
@@ -170,6 +190,6 @@ impl OperatorChain {
     }
 }
 
-fn rows_of(batches: &[RecordBatch]) -> usize {
-    batches.iter().map(RecordBatch::num_rows).sum()
+fn rows_of(batches: &[Outgoing]) -> usize {
+    batches.iter().map(|(batch, _)| batch.num_rows()).sum()
 }

@@ -5,7 +5,7 @@ use tokio::sync::mpsc::Sender;
 
 use super::message::Message;
 use crate::error::{Error, Result};
-use crate::partition::{KeyGroups, partition_batch};
+use crate::partition::{KeyGroups, KeyRouting, partition_batch};
 use crate::pipeline::Partitioning;
 
 /// One outgoing edge of a task.
@@ -82,7 +82,14 @@ impl Route {
         }
     }
 
-    async fn send(&mut self, batch: RecordBatch) -> Result<()> {
+    /// Sends `batch` on; `routed_to`, the downstream subtask its operator
+    /// routed it to by this route's own key routing, spares the hashing.
+    async fn send(&mut self, batch: RecordBatch, routed_to: Option<usize>) -> Result<()> {
+        if let (Route::Hash { senders, .. }, Some(to)) = (&*self, routed_to)
+            && let Some(sender) = senders.get(to)
+        {
+            return deliver(sender, Message::Batch(batch)).await;
+        }
         match self {
             Route::Forward(sender) => deliver(sender, Message::Batch(batch)).await,
             Route::Rebalance { senders, next } => {
@@ -137,13 +144,33 @@ impl Output {
         Output { routes }
     }
 
-    /// Sends a batch along every edge.
-    pub async fn send(&mut self, batch: RecordBatch) -> Result<()> {
+    /// How the task's output is routed by key, when it crosses exactly one
+    /// edge and that edge is hash-partitioned: an operator that emits
+    /// batches routed by it ([`send`](Self::send)'s `routed_to`) spares the
+    /// edge its hashing.
+    pub fn key_routing(&self) -> Option<KeyRouting> {
+        match self.routes.as_slice() {
+            [
+                Route::Hash {
+                    groups, columns, ..
+                },
+            ] => Some(KeyRouting {
+                columns: columns.clone(),
+                groups: groups.clone(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// Sends a batch along every edge; `routed_to` is the downstream
+    /// subtask of every row of it under [`key_routing`](Self::key_routing),
+    /// when the operator that emitted it worked that out.
+    pub async fn send(&mut self, batch: RecordBatch, routed_to: Option<usize>) -> Result<()> {
         if let [route] = self.routes.as_mut_slice() {
-            return route.send(batch).await;
+            return route.send(batch, routed_to).await;
         }
         for route in &mut self.routes {
-            route.send(batch.clone()).await?;
+            route.send(batch.clone(), None).await?;
         }
         Ok(())
     }

@@ -19,7 +19,7 @@ use crate::checkpoint::{BlobRecord, StateStore};
 use crate::error::{Error, Result};
 use crate::events::OperatorMeter;
 use crate::ids::CheckpointId;
-use crate::operator::TaskContext;
+use crate::operator::{Outgoing, TaskContext};
 use crate::sink::{CommitHandle, SinkWriter};
 use crate::source::{Cursor, Source, Split, SplitReader};
 use crate::state;
@@ -96,10 +96,10 @@ pub(crate) struct TaskCore {
 }
 
 impl TaskCore {
-    async fn emit(&mut self, batches: Vec<RecordBatch>) -> Result<()> {
-        for batch in batches {
+    async fn emit(&mut self, batches: Vec<Outgoing>) -> Result<()> {
+        for (batch, routed_to) in batches {
             match &mut self.tail {
-                Tail::Channels(output) => output.send(batch).await?,
+                Tail::Channels(output) => output.send(batch, routed_to).await?,
                 Tail::Sink { uid, writer, meter } => {
                     let rows = batch.num_rows() as u64;
                     meter.batch_in(batch.num_rows());

@@ -193,8 +193,12 @@ pub(crate) async fn wire(
                 }
                 _ => Tail::Channels(Output::new(std::mem::take(&mut routes[c][subtask]))),
             };
+            let routing = match &tail {
+                Tail::Channels(output) => output.key_routing(),
+                Tail::Sink { .. } => None,
+            };
             let core = TaskCore {
-                chain: OperatorChain::new(chained, subtask),
+                chain: OperatorChain::new(chained, subtask, routing),
                 tail,
                 store: store.clone(),
                 events: events_tx.clone(),

@@ -85,23 +85,17 @@ impl AccumulatorTable {
     pub fn changed_rows(&self, new_from: usize, into: &mut Vec<u32>) {
         let width = 1 << self.shift;
         let old = new_from.min(self.groups());
+        let fresh = self.fresh_row.as_slice();
         for (group, row) in self.words[..old << self.shift]
             .chunks_exact(width)
             .enumerate()
         {
-            if row != self.fresh_row.as_slice() {
+            // Word by word, inlined: a slice comparison calls memcmp per row.
+            if !row.iter().zip(fresh).all(|(a, b)| a == b) {
                 into.push(group as u32);
             }
         }
         into.extend(old as u32..self.groups() as u32);
-    }
-
-    /// Puts each of `groups` back to its accumulators' identities.
-    pub fn reset_rows(&mut self, groups: &[u32]) {
-        let width = 1usize << self.shift;
-        for &group in groups {
-            self.words[(group as usize) << self.shift..][..width].copy_from_slice(&self.fresh_row);
-        }
     }
 
     /// The words and the row shift, for the update loops.
@@ -124,16 +118,20 @@ impl AccumulatorTable {
     }
 
     /// Appends accumulator `slot` of each of `groups`, in that order, to
-    /// `columns[slot]`.
-    pub fn columns_of(&self, groups: &[u32], columns: &mut [Vec<u64>]) {
+    /// `columns[slot]`; with `reset`, puts each row back to its
+    /// accumulators' identities once read (one pass over the rows, not two).
+    pub fn columns_of(&mut self, groups: &[u32], columns: &mut [Vec<u64>], reset: bool) {
         let width = 1usize << self.shift;
         for column in columns.iter_mut() {
             column.reserve(groups.len());
         }
         for &group in groups {
-            let row = &self.words[(group as usize) << self.shift..][..width];
-            for (column, word) in columns.iter_mut().zip(row) {
+            let row = &mut self.words[(group as usize) << self.shift..][..width];
+            for (column, word) in columns.iter_mut().zip(row.iter()) {
                 column.push(*word);
+            }
+            if reset {
+                row.copy_from_slice(&self.fresh_row);
             }
         }
     }
@@ -180,7 +178,10 @@ mod tests {
         let mut changed = Vec::new();
         table.changed_rows(3, &mut changed);
         assert_eq!(changed, vec![1, 3, 4, 5]);
-        table.reset_rows(&changed);
+        let mut read = vec![Vec::new(); 2];
+        table.columns_of(&changed, &mut read, true);
+        assert_eq!(read[0], vec![3, 0, 0, 0], "read before the reset");
+        assert_eq!(read[1][2], 9);
         changed.clear();
         table.changed_rows(6, &mut changed);
         assert!(

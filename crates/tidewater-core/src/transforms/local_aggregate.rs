@@ -13,7 +13,11 @@
 //! them anew. Only groups that changed since the last hand-on go on (a
 //! group still at its identities would add nothing downstream, where it
 //! already exists), in pieces of [`HAND_ON_ROWS`] that the channels
-//! backpressure one at a time.
+//! backpressure one at a time. When the shuffle after it partitions by its
+//! keys, it works out each group's downstream subtask once, when the group
+//! first goes on, and each piece goes to one subtask whole: a hand-on then
+//! neither hashes its partials nor copies them apart into fresh memory for
+//! the shuffle.
 //!
 //! It also hands its partials on when its table is full and at the end of
 //! input. Where pre-aggregating does not pay (the table filled with fewer
@@ -26,6 +30,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 
 use super::aggregate::{AggregateOperator, AggregateSpec};
+use super::hand_on::HandOn;
 use crate::error::Result;
 use crate::operator::{Collector, Operator};
 
@@ -67,9 +72,13 @@ pub(crate) struct LocalAggregateOperator {
     /// Per aggregate, the groups that had no value in it at the last
     /// hand-on: one that gets a value must go on even if it is an identity.
     unseen_then: Vec<Vec<u32>>,
-    /// The groups of the hand-on under way, and how many went on already.
-    handing_on: Vec<u32>,
-    handed: Option<usize>,
+    /// The hand-on under way.
+    hand_on: HandOn,
+    /// The downstream subtask of each group, in group order, when the
+    /// edge after this operator routes by its keys: worked out once per
+    /// group, so a hand-on neither hashes nor splits its partials.
+    owners: Vec<u16>,
+    hashes: Vec<u64>,
     /// Everything went on before the barrier: nothing to snapshot.
     handed_on: bool,
     /// Groups per piece of a hand-on ([`HAND_ON_ROWS`]).
@@ -105,8 +114,9 @@ impl LocalAggregateOperator {
             restored: None,
             handed_groups: 0,
             unseen_then: Vec::new(),
-            handing_on: Vec::new(),
-            handed: None,
+            hand_on: HandOn::default(),
+            owners: Vec::new(),
+            hashes: Vec::new(),
             handed_on: false,
             piece_rows: HAND_ON_ROWS,
         })
@@ -114,27 +124,33 @@ impl LocalAggregateOperator {
 
     /// Hands on the next piece of the changed groups; `true` while more remain.
     fn hand_on_piece(&mut self, out: &mut Collector) -> Result<bool> {
-        let from = match self.handed {
-            Some(from) => from,
-            None => {
-                self.handing_on.clear();
-                self.groups.changed_groups(
-                    self.handed_groups,
-                    &self.unseen_then,
-                    &mut self.handing_on,
-                );
-                0
-            }
-        };
-        let to = (from + self.piece_rows).min(self.handing_on.len());
-        if to > from {
-            self.groups.hand_on(&self.handing_on[from..to], out)?;
+        if !self.hand_on.under_way() {
+            let subtasks = match out.routing() {
+                Some(routing)
+                    if routing.groups.parallelism() > 1
+                        && self.groups.owners_of_groups(
+                            routing,
+                            &mut self.owners,
+                            &mut self.hashes,
+                        )? =>
+                {
+                    Some(routing.groups.parallelism())
+                }
+                _ => None,
+            };
+            let (groups, handed_groups, unseen) =
+                (&self.groups, self.handed_groups, &self.unseen_then);
+            self.hand_on.start(
+                |into| groups.changed_groups(handed_groups, unseen, into),
+                subtasks.map(|count| (self.owners.as_slice(), count)),
+            );
         }
-        if to < self.handing_on.len() {
-            self.handed = Some(to);
+        if let Some((piece, routed_to)) = self.hand_on.next_piece(self.piece_rows) {
+            self.groups.hand_on(piece, routed_to, out)?;
+        }
+        if self.hand_on.under_way() {
             return Ok(true);
         }
-        self.handed = None;
         self.handed_groups = self.groups.group_count();
         self.unseen_then = self.groups.unseen_groups();
         Ok(false)
@@ -146,6 +162,7 @@ impl LocalAggregateOperator {
         self.rows_since_flush = 0;
         self.handed_groups = 0;
         self.unseen_then.clear();
+        self.owners.clear();
         self.groups.clear();
         Ok(())
     }
@@ -365,6 +382,17 @@ mod tests {
         out.take()
     }
 
+    /// What one merging aggregate outputs for `partials`.
+    fn merged(partials: impl IntoIterator<Item = RecordBatch>) -> Vec<RecordBatch> {
+        let mut merge = AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
+        for partial in partials {
+            merge.process(partial, &mut Collector::default()).unwrap();
+        }
+        let mut out = Collector::default();
+        merge.finish(&mut out).unwrap();
+        out.take()
+    }
+
     fn one_phase(batches: &[RecordBatch]) -> Vec<RecordBatch> {
         let mut whole = AggregateOperator::new(vec!["k".into()], spec()).unwrap();
         for batch in batches {
@@ -403,6 +431,66 @@ mod tests {
     }
 
     #[test]
+    fn routed_pieces_go_whole_where_the_edge_would_send_their_rows() {
+        use crate::partition::{KeyGroups, KeyRouting, partition_batch};
+        let batches: Vec<RecordBatch> = (0..6).map(|b| input(b, 500, 2_000)).collect();
+        for key in ["k", "s"] {
+            let routing = KeyRouting {
+                columns: vec![key.into()],
+                groups: KeyGroups::new(64, 3).unwrap(),
+            };
+            let mut local = LocalAggregateOperator::new(vec![key.into()], spec()).unwrap();
+            local.piece_rows = 100;
+            let mut pieces = Vec::new();
+            // New groups arrive with every batch, so each hand-on routes some
+            // groups it has not seen before.
+            for (i, batch) in batches.iter().enumerate() {
+                let mut out = Collector::routed_by(Some(Arc::new(routing.clone())));
+                local.process(batch.clone(), &mut out).unwrap();
+                if i + 1 == batches.len() {
+                    local.finish(&mut out).unwrap();
+                } else {
+                    while local.before_barrier(&mut out).unwrap() {}
+                }
+                pieces.extend(out.take_routed());
+            }
+            assert!(pieces.len() > 3, "several pieces per destination");
+            for (piece, routed_to) in &pieces {
+                let to = routed_to.expect("every piece is routed");
+                assert!(piece.num_rows() <= 100, "pieces keep their size");
+                let parts = partition_batch(piece, &[0], &routing.groups, &mut Vec::new()).unwrap();
+                for (subtask, part) in parts.iter().enumerate() {
+                    assert_eq!(
+                        part.as_ref().map(RecordBatch::num_rows),
+                        (subtask == to).then(|| piece.num_rows()),
+                        "key {key}: a piece routed to {to} has rows for subtask {subtask}"
+                    );
+                }
+            }
+            if key == "k" {
+                let merged = merged(pieces.into_iter().map(|(piece, _)| piece));
+                assert_eq!(groups(&merged), groups(&one_phase(&batches)));
+            }
+        }
+    }
+
+    #[test]
+    fn pieces_go_unrouted_when_the_edge_keys_by_other_columns() {
+        use crate::partition::{KeyGroups, KeyRouting};
+        let routing = KeyRouting {
+            columns: vec!["id".into()],
+            groups: KeyGroups::new(64, 3).unwrap(),
+        };
+        let mut local = LocalAggregateOperator::new(vec!["k".into()], spec()).unwrap();
+        let mut out = Collector::routed_by(Some(Arc::new(routing)));
+        local.process(input(0, 500, 50), &mut out).unwrap();
+        while local.before_barrier(&mut out).unwrap() {}
+        let pieces = out.take_routed();
+        assert!(!pieces.is_empty());
+        assert!(pieces.iter().all(|(_, to)| to.is_none()));
+    }
+
+    #[test]
     fn merged_output_has_the_one_phase_schema() {
         let batches: Vec<RecordBatch> = (0..4).map(|b| input(b, 100, 10)).collect();
         assert_eq!(
@@ -427,13 +515,10 @@ mod tests {
         after.restore(state).unwrap();
         after.process(batches[1].clone(), &mut partials).unwrap();
         after.finish(&mut partials).unwrap();
-        let mut merge = AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
-        for partial in partials.take() {
-            merge.process(partial, &mut Collector::default()).unwrap();
-        }
-        let mut out = Collector::default();
-        merge.finish(&mut out).unwrap();
-        assert_eq!(groups(&out.take()), groups(&one_phase(&batches)));
+        assert_eq!(
+            groups(&merged(partials.take())),
+            groups(&one_phase(&batches))
+        );
     }
 
     #[test]

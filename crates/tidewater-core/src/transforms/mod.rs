@@ -4,6 +4,7 @@ pub(crate) mod accumulator_table;
 pub mod aggregate;
 pub(crate) mod changed_groups;
 pub(crate) mod group_index;
+pub(crate) mod hand_on;
 pub(crate) mod local_aggregate;
 pub(crate) mod prefetch;
 pub(crate) mod row_update;

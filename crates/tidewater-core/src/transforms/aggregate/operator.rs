@@ -18,9 +18,13 @@ use super::spec::{AggregateExpr, AggregateFunction, AggregateSpec};
 use super::state::check_same_types;
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, StateChanges};
+use crate::partition::KeyRouting;
 
 /// Rows per batch emitted at the end of input.
 const OUTPUT_BATCH_ROWS: usize = 65_536;
+
+/// Groups whose downstream subtask is worked out in one go.
+const ROUTE_CHUNK: u32 = 65_536;
 
 /// Where the inputs sit in the incoming batches, fixed by the first batch.
 pub(super) struct Layout {
@@ -209,15 +213,51 @@ impl AggregateOperator {
         groups.accumulators.iter().map(unseen).collect()
     }
 
-    /// Emits the rows of `wanted` and puts them back to their identities.
+    /// Extends `owners`, the downstream subtask of each group in group
+    /// order under `routing`, to every group: only groups added since the
+    /// last call are hashed. `false` when `routing` does not partition by
+    /// this aggregation's keys.
+    pub(crate) fn owners_of_groups(
+        &mut self,
+        routing: &KeyRouting,
+        owners: &mut Vec<u16>,
+        hashes: &mut Vec<u64>,
+    ) -> Result<bool> {
+        if routing.columns != self.keys {
+            return Ok(false);
+        }
+        let Some(groups) = &self.groups else {
+            return Ok(true);
+        };
+        let count = groups.index.len() as u32;
+        let mut chunk = Vec::new();
+        // A chunk at a time, so that the keys and hashes stay small.
+        while (owners.len() as u32) < count {
+            let known = owners.len() as u32;
+            chunk.clear();
+            chunk.extend(known..count.min(known.saturating_add(ROUTE_CHUNK)));
+            let keys = groups.index.key_columns_of(&chunk, &mut self.spare)?;
+            let keys: Vec<&ArrayRef> = keys.iter().collect();
+            routing.owners_into(&keys, hashes, owners)?;
+        }
+        Ok(true)
+    }
+
+    /// Emits the rows of `wanted` (to downstream subtask `routed_to`, when
+    /// the caller routed them) and puts them back to their identities.
     /// The groups stay: the same keys tend to come again after the barrier,
     /// and finding them in place costs less than adding them anew.
-    pub(crate) fn hand_on(&mut self, wanted: &[u32], out: &mut Collector) -> Result<()> {
-        if let Some(batch) = self.output_of(wanted)? {
-            out.emit(batch);
-        }
-        if let Some(groups) = &mut self.groups {
-            groups.table.reset_rows(wanted);
+    pub(crate) fn hand_on(
+        &mut self,
+        wanted: &[u32],
+        routed_to: Option<usize>,
+        out: &mut Collector,
+    ) -> Result<()> {
+        if let Some(batch) = self.output_of(wanted, true)? {
+            match routed_to {
+                Some(subtask) => out.emit_to(batch, subtask),
+                None => out.emit(batch),
+            }
         }
         Ok(())
     }
@@ -416,7 +456,7 @@ impl Operator for AggregateOperator {
             return Ok(StateChanges::Whole(self.snapshot()?));
         };
         let groups = changed.take();
-        Ok(StateChanges::Changed(self.output_of(&groups)?))
+        Ok(StateChanges::Changed(self.output_of(&groups, false)?))
     }
 
     /// One row per group, the keys first under their own names.

@@ -32,9 +32,10 @@ impl AggregateOperator {
     /// [`output`](Self::output)'s. The columns come from the same spare
     /// memory as whole snapshots: while every key changes (a job's first
     /// minutes), a delta is as large as the base, and fresh columns would
-    /// hold a second copy of the state beside the spare one.
-    pub(super) fn output_of(&mut self, wanted: &[u32]) -> Result<Option<RecordBatch>> {
-        let Some(groups) = &self.groups else {
+    /// hold a second copy of the state beside the spare one. With `reset`,
+    /// the rows go back to their identities as they are read.
+    pub(super) fn output_of(&mut self, wanted: &[u32], reset: bool) -> Result<Option<RecordBatch>> {
+        let Some(groups) = &mut self.groups else {
             return Ok(None);
         };
         let spare = &mut self.spare;
@@ -45,7 +46,7 @@ impl AggregateOperator {
             .iter()
             .map(|_| spare.take(wanted.len()))
             .collect();
-        groups.table.columns_of(wanted, &mut words);
+        groups.table.columns_of(wanted, &mut words, reset);
         for (accumulator, words) in groups.accumulators.iter().zip(words) {
             columns.push(accumulator.to_array_of(spare.lend(words), wanted));
         }
