@@ -17,7 +17,9 @@
 //! keys, it works out each group's downstream subtask once, when the group
 //! first goes on, and each piece goes to one subtask whole: a hand-on then
 //! neither hashes its partials nor copies them apart into fresh memory for
-//! the shuffle.
+//! the shuffle. Such pieces carry the groups' numbers here, so that the
+//! merge finds its own group for each without looking the key up again
+//! (see [`sender_groups`](super::sender_groups)).
 //!
 //! It also hands its partials on when its table is full and at the end of
 //! input. Where pre-aggregating does not pay (the table filled with fewer
@@ -31,6 +33,7 @@ use arrow::array::RecordBatch;
 
 use super::aggregate::{AggregateOperator, AggregateSpec};
 use super::hand_on::HandOn;
+use super::sender_groups::Tagger;
 use crate::error::Result;
 use crate::operator::{Collector, Operator};
 
@@ -79,6 +82,8 @@ pub(crate) struct LocalAggregateOperator {
     /// group, so a hand-on neither hashes nor splits its partials.
     owners: Vec<u16>,
     hashes: Vec<u64>,
+    /// Tags routed pieces with their group numbers, for the merge.
+    tagger: Tagger,
     /// Everything went on before the barrier: nothing to snapshot.
     handed_on: bool,
     /// Groups per piece of a hand-on ([`HAND_ON_ROWS`]).
@@ -117,6 +122,7 @@ impl LocalAggregateOperator {
             hand_on: HandOn::default(),
             owners: Vec::new(),
             hashes: Vec::new(),
+            tagger: Tagger::default(),
             handed_on: false,
             piece_rows: HAND_ON_ROWS,
         })
@@ -145,8 +151,13 @@ impl LocalAggregateOperator {
                 subtasks.map(|count| (self.owners.as_slice(), count)),
             );
         }
-        if let Some((piece, routed_to)) = self.hand_on.next_piece(self.piece_rows) {
-            self.groups.hand_on(piece, routed_to, out)?;
+        if let Some((piece, routed_to)) = self.hand_on.next_piece(self.piece_rows)
+            && let Some(batch) = self.groups.take_partials(piece)?
+        {
+            match routed_to {
+                Some(subtask) => out.emit_to(self.tagger.tag(batch, piece)?, subtask),
+                None => out.emit(batch),
+            }
         }
         if self.hand_on.under_way() {
             return Ok(true);
@@ -164,6 +175,7 @@ impl LocalAggregateOperator {
         self.unseen_then.clear();
         self.owners.clear();
         self.groups.clear();
+        self.tagger.start_over();
         Ok(())
     }
 }
@@ -321,11 +333,26 @@ mod tests {
     /// every `checkpoint_every` batches all three snapshot their state and are
     /// replaced by fresh operators restored from it, as after a crash.
     /// Returns the merged output.
+    ///
+    /// `routed`: the locals route their pieces as ahead of a shuffle by `k`
+    /// (tagged with their group numbers); the one merge takes them all.
     fn two_phase(
         batches: &[RecordBatch],
         max_groups: usize,
         checkpoint_every: usize,
+        routed: bool,
     ) -> Vec<RecordBatch> {
+        use crate::partition::{KeyGroups, KeyRouting};
+        let routing = routed.then(|| {
+            Arc::new(KeyRouting {
+                columns: vec!["k".into()],
+                groups: KeyGroups::new(64, 3).unwrap(),
+            })
+        });
+        let collector = || Collector::routed_by(routing.clone());
+        let take = |partials: &mut Collector| -> Vec<RecordBatch> {
+            partials.take_routed().into_iter().map(|(b, _)| b).collect()
+        };
         let local = || {
             let mut local =
                 LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), max_groups)
@@ -336,17 +363,17 @@ mod tests {
         let merging = || AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
         let mut locals = [local(), local()];
         let mut merge = merging();
-        let mut partials = Collector::default();
+        let mut partials = collector();
         for (i, batch) in batches.iter().enumerate() {
             locals[i % 2].process(batch.clone(), &mut partials).unwrap();
-            for partial in partials.take() {
+            for partial in take(&mut partials) {
                 merge.process(partial, &mut Collector::default()).unwrap();
             }
             if (i + 1) % checkpoint_every == 0 {
                 for old in &mut locals {
                     while old.before_barrier(&mut partials).unwrap() {}
                 }
-                for partial in partials.take() {
+                for partial in take(&mut partials) {
                     merge.process(partial, &mut Collector::default()).unwrap();
                 }
                 // Every other checkpoint the operators go on as they are,
@@ -374,7 +401,7 @@ mod tests {
         for local in &mut locals {
             local.finish(&mut partials).unwrap();
         }
-        for partial in partials.take() {
+        for partial in take(&mut partials) {
             merge.process(partial, &mut Collector::default()).unwrap();
         }
         let mut out = Collector::default();
@@ -417,16 +444,19 @@ mod tests {
         ] {
             let batches: Vec<RecordBatch> = (0..24).map(|b| input(b, 500, keys)).collect();
             let expected = groups(&one_phase(&batches));
-            let got = groups(&two_phase(&batches, max_groups, checkpoint_every));
-            assert_eq!(
-                got, expected,
-                "keys {keys}, cap {max_groups}, checkpoint every {checkpoint_every}"
-            );
-            assert_eq!(
-                got.values().map(|g| g.0).sum::<i64>(),
-                24 * 500,
-                "every row counted once"
-            );
+            for routed in [false, true] {
+                let got = groups(&two_phase(&batches, max_groups, checkpoint_every, routed));
+                assert_eq!(
+                    got, expected,
+                    "keys {keys}, cap {max_groups}, checkpoint every {checkpoint_every}, \
+                     routed {routed}"
+                );
+                assert_eq!(
+                    got.values().map(|g| g.0).sum::<i64>(),
+                    24 * 500,
+                    "every row counted once"
+                );
+            }
         }
     }
 
@@ -494,7 +524,7 @@ mod tests {
     fn merged_output_has_the_one_phase_schema() {
         let batches: Vec<RecordBatch> = (0..4).map(|b| input(b, 100, 10)).collect();
         assert_eq!(
-            two_phase(&batches, 1 << 18, 2)[0].schema(),
+            two_phase(&batches, 1 << 18, 2, true)[0].schema(),
             one_phase(&batches)[0].schema()
         );
     }

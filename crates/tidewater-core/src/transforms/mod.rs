@@ -8,5 +8,6 @@ pub(crate) mod hand_on;
 pub(crate) mod local_aggregate;
 pub(crate) mod prefetch;
 pub(crate) mod row_update;
+pub(crate) mod sender_groups;
 pub(crate) mod spare_columns;
 pub(crate) mod stateless;

@@ -12,6 +12,7 @@ use super::super::accumulator_table::AccumulatorTable;
 use super::super::changed_groups::ChangedGroups;
 use super::super::group_index::GroupIndex;
 use super::super::row_update::{RowOp, update_rows};
+use super::super::sender_groups::{SenderTables, sender_of};
 use super::super::spare_columns::SpareColumns;
 use super::accumulator::*;
 use super::spec::{AggregateExpr, AggregateFunction, AggregateSpec};
@@ -73,6 +74,8 @@ pub struct AggregateOperator {
     /// The groups changed since the last snapshot, when incremental
     /// checkpoints track them.
     pub(super) changed: Option<ChangedGroups>,
+    /// Merging: each pre-aggregation's group numbers mapped to this one's.
+    pub(super) senders: SenderTables,
 }
 
 impl AggregateOperator {
@@ -97,6 +100,7 @@ impl AggregateOperator {
             scratch: Vec::new(),
             spare: SpareColumns::default(),
             changed: None,
+            senders: SenderTables::default(),
         })
     }
 
@@ -243,23 +247,11 @@ impl AggregateOperator {
         Ok(true)
     }
 
-    /// Emits the rows of `wanted` (to downstream subtask `routed_to`, when
-    /// the caller routed them) and puts them back to their identities.
+    /// The rows of `wanted`, put back to their identities as they are read.
     /// The groups stay: the same keys tend to come again after the barrier,
     /// and finding them in place costs less than adding them anew.
-    pub(crate) fn hand_on(
-        &mut self,
-        wanted: &[u32],
-        routed_to: Option<usize>,
-        out: &mut Collector,
-    ) -> Result<()> {
-        if let Some(batch) = self.output_of(wanted, true)? {
-            match routed_to {
-                Some(subtask) => out.emit_to(batch, subtask),
-                None => out.emit(batch),
-            }
-        }
-        Ok(())
+    pub(crate) fn take_partials(&mut self, wanted: &[u32]) -> Result<Option<RecordBatch>> {
+        self.output_of(wanted, true)
     }
 
     /// Drops every group: the next batch starts from none.
@@ -377,7 +369,13 @@ impl Operator for AggregateOperator {
             .iter()
             .map(|i| batch.column(*i).clone())
             .collect();
-        groups.index.assign(&keys, &mut self.scratch)?;
+        match sender_of(&batch)? {
+            Some(tagged) if self.merge => {
+                self.senders
+                    .assign(tagged, &keys, &mut groups.index, &mut self.scratch)?
+            }
+            _ => groups.index.assign(&keys, &mut self.scratch)?,
+        }
         let n_groups = groups.index.len();
         if let Some(changed) = &mut self.changed {
             changed.mark(&self.scratch, n_groups);
@@ -465,6 +463,8 @@ impl Operator for AggregateOperator {
     }
 
     fn restore(&mut self, state: RecordBatch) -> Result<()> {
+        // The restored groups are numbered anew.
+        self.senders.clear();
         self.restore_state(state)
     }
 }
