@@ -31,6 +31,11 @@ fn own_stores(name: &str) -> Vec<String> {
     stores
 }
 
+/// Rows of the job the first test watches and cancels: 20 s at the
+/// spec's 200k rows a second, room to cancel it on a loaded machine (at 1M
+/// rows a CI run saw the job end before the cancel took).
+const WATCHED_ROWS: u64 = 4_000_000;
+
 /// A copy job named `name` of `rows` rows, held to 200k rows/s.
 fn slow_copy(name: &str, rows: u64, folder: &Folder) -> String {
     copy_spec(rows, 100, &folder.s("state"), &folder.s("out"))
@@ -66,7 +71,7 @@ fn the_api_follows_a_run_cancels_it_over_http_and_its_metrics_match_the_summary(
         let store = store.as_str();
         let name = format!("watched-{i}");
         let folder = Folder::new();
-        let spec = folder.write("job.toml", &slow_copy(&name, 1_000_000, &folder));
+        let spec = folder.write("job.toml", &slow_copy(&name, WATCHED_ROWS, &folder));
         let port = free_port();
         let base = format!("http://127.0.0.1:{port}");
         let addr = format!("127.0.0.1:{port}");
@@ -105,7 +110,7 @@ fn the_api_follows_a_run_cancels_it_over_http_and_its_metrics_match_the_summary(
         });
         assert_eq!(running.header("retry-after"), Some("2"), "{running:?}");
         let job = running.json();
-        assert_eq!(job["progress"]["total"], 1_000_000, "{job}");
+        assert_eq!(job["progress"]["total"], WATCHED_ROWS, "{job}");
         let owner = job["lease"]["owner"].as_str().unwrap();
         assert!(
             owner.starts_with(&format!("pid {} on ", child.id())),
@@ -231,7 +236,7 @@ fn the_api_follows_a_run_cancels_it_over_http_and_its_metrics_match_the_summary(
             .output()
             .unwrap();
         assert!(resumed.status.success(), "{}", text(&resumed));
-        assert_copy_output(&folder.path("out"), 1_000_000, 100);
+        assert_copy_output(&folder.path("out"), WATCHED_ROWS, 100);
         assert_history_of_two_runs(store, id, &summary);
     }
 }
@@ -262,7 +267,7 @@ fn assert_history_of_two_runs(store: &str, id: i64, summary: &serde_json::Value)
         runs[1]["epoch"].as_u64() > runs[0]["epoch"].as_u64(),
         "{history}"
     );
-    assert_eq!(runs[1]["rows_at_end"], 1_000_000, "{history}");
+    assert_eq!(runs[1]["rows_at_end"], WATCHED_ROWS, "{history}");
     let samples = history["samples"].as_array().unwrap();
     for pair in samples.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
