@@ -369,12 +369,14 @@ impl Operator for AggregateOperator {
             .iter()
             .map(|i| batch.column(*i).clone())
             .collect();
-        match sender_of(&batch)? {
-            Some(tagged) if self.merge => {
+        // Only a merge reads the tag: raw rows never carry one.
+        let tagged = if self.merge { sender_of(&batch)? } else { None };
+        match tagged {
+            Some(tagged) => {
                 self.senders
                     .assign(tagged, &keys, &mut groups.index, &mut self.scratch)?
             }
-            _ => groups.index.assign(&keys, &mut self.scratch)?,
+            None => groups.index.assign(&keys, &mut self.scratch)?,
         }
         let n_groups = groups.index.len();
         if let Some(changed) = &mut self.changed {
