@@ -144,6 +144,33 @@ fn assert_every_listed_blob_exists(job: &Backfill) {
     }
 }
 
+/// Every checkpoint folder in the state folder holds a file: retention
+/// took the folders of the checkpoints it deleted, and the last run swept
+/// the ones its killed predecessors left empty. (Each is walked by every
+/// later listing, so they must not pile up over a long job.)
+fn assert_no_empty_checkpoint_folder(job: &Backfill) {
+    fn holds_a_file(dir: &Path) -> bool {
+        std::fs::read_dir(dir).expect("read folder").any(|entry| {
+            let entry = entry.expect("folder entry");
+            !entry.file_type().expect("file type").is_dir() || holds_a_file(&entry.path())
+        })
+    }
+    let root = job.state.join("backfill");
+    let mut folders = 0;
+    for entry in std::fs::read_dir(&root).expect("state folder") {
+        let path = entry.expect("state folder entry").path();
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("chk-"))
+        {
+            folders += 1;
+            assert!(holds_a_file(&path), "{} is left empty", path.display());
+        }
+    }
+    assert!(folders > 0, "no checkpoint folder in {}", root.display());
+}
+
 #[test]
 fn random_kills_during_long_chains_of_deltas_leave_the_output_exact() {
     // About 15 s of work at the job's rate, killed at up to 3 s into each
@@ -191,6 +218,7 @@ fn random_kills_during_long_chains_of_deltas_leave_the_output_exact() {
         "only {kills} kills landed before the job ended"
     );
     assert_aggregate_output(&job.out, KILL_ROWS, KEYS);
+    assert_no_empty_checkpoint_folder(&job);
     assert!(
         longest.load(Ordering::Relaxed) >= 10,
         "no chain of 10 deltas was seen: the test did not exercise long chains"

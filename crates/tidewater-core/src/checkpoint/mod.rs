@@ -5,6 +5,7 @@ pub mod blob;
 pub mod deltas;
 pub mod fence;
 pub mod incremental;
+mod local_folders;
 mod local_write;
 pub mod manifest;
 pub mod restore;

@@ -17,6 +17,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload}
 
 use crate::checkpoint::fence;
 use crate::checkpoint::incremental::referenced_folders;
+use crate::checkpoint::local_folders;
 use crate::checkpoint::local_write;
 use crate::checkpoint::manifest::{BlobRecord, MANIFEST_FORMAT, Manifest};
 use crate::checkpoint::restore;
@@ -323,7 +324,32 @@ impl StateStore {
                 }
             }
         }
+        // A local folder keeps the checkpoint's folders, empty.
+        if let Some(folder) = &self.local_folder {
+            let local = crate::local_file(folder, dir.parts());
+            off_task(move || {
+                local_folders::remove_empty_tree(&local)
+                    .map_err(|e| folder_error("remove the folders of", &local, e))
+            })
+            .await?;
+        }
         Ok(())
+    }
+
+    /// Removes the empty checkpoint folders a local state folder holds: a
+    /// crash between deleting a checkpoint's files and its folders leaves
+    /// them, and builds before this one left them all. Returns how many
+    /// went; an object store has none.
+    pub async fn sweep_empty_folders(&self) -> Result<usize> {
+        let Some(folder) = &self.local_folder else {
+            return Ok(0);
+        };
+        let root = crate::local_file(folder, self.root.parts());
+        off_task(move || {
+            local_folders::sweep(&root, |name| parse_checkpoint_folder(name).is_some())
+                .map_err(|e| folder_error("sweep the empty checkpoint folders of", &root, e))
+        })
+        .await
     }
 
     /// Deletes checkpoint `id`'s manifest (if there is one) and nothing
@@ -445,6 +471,16 @@ impl StateStore {
     }
 }
 
+fn folder_error(action: &str, path: &std::path::Path, e: std::io::Error) -> Error {
+    Error::External {
+        message: format!(
+            "storage: could not {action} '{}': {e}; check the state folder's permissions",
+            path.display()
+        ),
+        retryable: true,
+    }
+}
+
 fn parse_checkpoint_folder(name: &str) -> Option<CheckpointId> {
     name.strip_prefix("chk-")?.parse().ok().map(CheckpointId)
 }
@@ -523,6 +559,36 @@ mod tests {
         store.delete_checkpoint(CheckpointId(1)).await.unwrap();
         let (complete, _) = store.list_checkpoints().await.unwrap();
         assert!(complete.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_deleted_checkpoint_leaves_no_folder_in_a_local_state_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(
+            &crate::open_location(dir.path().to_str().unwrap()).unwrap(),
+            "job",
+        );
+        for id in [1, 2] {
+            store.write_manifest(&manifest(id, 1)).await.unwrap();
+            for uid in ["aggregate", "source"] {
+                store
+                    .put_blob(CheckpointId(id), uid, 0, Bytes::from_static(b"x"))
+                    .await
+                    .unwrap();
+            }
+        }
+        let folder = |id: u64| dir.path().join("job").join(format!("chk-{id:020}"));
+        store.delete_checkpoint(CheckpointId(1)).await.unwrap();
+        assert!(!folder(1).exists(), "checkpoint 1's folders are gone");
+        assert!(folder(2).join("aggregate/0.arrow").exists());
+
+        // Folders a crash left empty go when a run sweeps them.
+        std::fs::create_dir_all(folder(3).join("aggregate")).unwrap();
+        assert_eq!(store.sweep_empty_folders().await.unwrap(), 1);
+        assert!(!folder(3).exists());
+        assert!(folder(2).exists());
+        let (complete, _) = store.list_checkpoints().await.unwrap();
+        assert_eq!(complete, vec![CheckpointId(2)]);
     }
 
     #[tokio::test]

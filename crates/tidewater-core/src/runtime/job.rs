@@ -18,6 +18,7 @@ use crate::checkpoint::StateStore;
 use crate::error::{Error, Result};
 use crate::events::{
     InternalEvent, JobCompleted, JobFenced, JobRestarting, JobStarting, KeyGroupsKept,
+    RetentionFailed,
 };
 use crate::ids::CheckpointId;
 use crate::operator::Operator;
@@ -156,6 +157,14 @@ async fn run_once(
         }
         None => store.claim_epoch().await?,
     };
+    // Empty folders cost every later listing, not correctness.
+    if let Err(error) = store.sweep_empty_folders().await {
+        RetentionFailed {
+            job: &job.name,
+            error: &error,
+        }
+        .emit();
+    }
     JobStarting {
         job: &job.name,
         epoch: epoch.0,
