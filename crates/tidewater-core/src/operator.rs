@@ -30,6 +30,8 @@ pub struct Collector {
     /// How the task's edge routes rows, when the operator is the task's
     /// last and its output crosses one hash-partitioned edge.
     routing: Option<Arc<KeyRouting>>,
+    /// Handing on before the end of input, not before a barrier.
+    ending: bool,
 }
 
 /// An emitted batch, and the downstream subtask its operator routed it to
@@ -43,7 +45,20 @@ impl Collector {
         Collector {
             batches: Vec::new(),
             routing,
+            ending: false,
         }
+    }
+
+    /// Marks a hand-on before the end of input (`ending`) rather than
+    /// before a barrier.
+    pub(crate) fn set_ending(&mut self, ending: bool) {
+        self.ending = ending;
+    }
+
+    /// Whether this hand-on is the last: the input ended, and
+    /// [`finish`](Operator::finish) comes next.
+    pub(crate) fn is_ending(&self) -> bool {
+        self.ending
     }
 
     /// Emits a batch downstream. Empty batches are dropped.

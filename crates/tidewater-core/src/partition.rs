@@ -130,6 +130,11 @@ impl KeyGroups {
         usize::from(self.owners[self.group_of(hash) as usize])
     }
 
+    /// The subtask that owns key group `group` (below [`count`](Self::count)).
+    pub(crate) fn owner_of_group(&self, group: u32) -> u16 {
+        self.owners[group as usize]
+    }
+
     /// The groups subtask `subtask` owns.
     pub fn owned_by(&self, subtask: usize) -> std::ops::Range<u32> {
         let (g, p) = (u64::from(self.count), self.parallelism as u64);

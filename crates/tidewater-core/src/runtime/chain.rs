@@ -115,11 +115,13 @@ impl OperatorChain {
     /// rather than hold across it ([`Operator::before_barrier`]), through
     /// the operators after it; `None` once every operator is done. Call it
     /// until `None`, sending each piece on before the next call.
-    pub fn before_barrier(&mut self) -> Result<Option<Vec<Outgoing>>> {
+    /// `ending`: before the end of input rather than a barrier.
+    pub fn before_barrier(&mut self, ending: bool) -> Result<Option<Vec<Outgoing>>> {
         while self.handing_on < self.operators.len() {
             let i = self.handing_on;
             let mut more = false;
             let emitted = self.call(i, |operator, out| {
+                out.set_ending(ending);
                 more = operator.before_barrier(out)?;
                 Ok(())
             })?;

@@ -115,9 +115,9 @@ impl TaskCore {
     }
 
     /// Sends on, piece by piece, what the chain's operators hand on
-    /// before a barrier or the end.
-    async fn hand_on(&mut self) -> Result<()> {
-        while let Some(handed_on) = self.chain.before_barrier()? {
+    /// before a barrier or, `ending`, the end of input.
+    async fn hand_on(&mut self, ending: bool) -> Result<()> {
+        while let Some(handed_on) = self.chain.before_barrier(ending)? {
             self.emit(handed_on).await?;
         }
         Ok(())
@@ -168,7 +168,7 @@ impl TaskCore {
         rows_read: u64,
     ) -> Result<()> {
         let began = Instant::now();
-        self.hand_on().await?;
+        self.hand_on(false).await?;
         let snapshot = self.chain.snapshot()?;
         let mut states = snapshot.states;
         let subtask = self.chain.subtask;
@@ -215,7 +215,7 @@ impl TaskCore {
     async fn finish(&mut self, checkpoint: CheckpointId, rows_read: u64) -> Result<()> {
         let began = Instant::now();
         // In pieces the channels backpressure, not all at once in `finish`.
-        self.hand_on().await?;
+        self.hand_on(true).await?;
         let out = self.chain.finish()?;
         self.emit(out).await?;
         if let Tail::Sink { uid, writer, .. } = &mut self.tail {

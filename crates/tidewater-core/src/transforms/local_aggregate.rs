@@ -19,7 +19,10 @@
 //! neither hashes its partials nor copies them apart into fresh memory for
 //! the shuffle. Such pieces carry the groups' numbers here, so that the
 //! merge finds its own group for each without looking the key up again
-//! (see [`sender_groups`](super::sender_groups)).
+//! (see [`sender_groups`](super::sender_groups)). Before its first hand-on
+//! at a barrier it numbers its groups anew in key group order, so that the
+//! merge's table fills, and is later updated, in that order too (see
+//! [`key_group_order`](super::key_group_order)).
 //!
 //! It also hands its partials on when its table is full and at the end of
 //! input. Where pre-aggregating does not pay (the table filled with fewer
@@ -36,6 +39,7 @@ use super::hand_on::HandOn;
 use super::sender_groups::Tagger;
 use crate::error::Result;
 use crate::operator::{Collector, Operator};
+use crate::partition::KeyRouting;
 
 /// Groups held before the partials go on: 1Mi groups of an Int64 key and
 /// three aggregates take ~45 MiB per subtask (key, slot and a 32-byte
@@ -54,6 +58,13 @@ const MIN_ROWS_PER_GROUP: f64 = 2.0;
 /// column, so a table of 1M groups goes on in pieces that the channels
 /// hold a few of at a time, not in one copy of the table.
 const HAND_ON_ROWS: usize = 16_384;
+
+/// Groups from which a routed pre-aggregation numbers its groups anew in
+/// key group order before its first hand-on (see
+/// [`key_group_order`](super::key_group_order)): 2 MiB of accumulator rows
+/// at three aggregates, below which the merge's table stays in the cache
+/// whatever the order.
+const RENUMBER_MIN_GROUPS: usize = 1 << 16;
 
 /// Pre-aggregates `spec` per key ahead of a shuffle (see the module docs).
 pub(crate) struct LocalAggregateOperator {
@@ -88,6 +99,8 @@ pub(crate) struct LocalAggregateOperator {
     handed_on: bool,
     /// Groups per piece of a hand-on ([`HAND_ON_ROWS`]).
     piece_rows: usize,
+    /// Groups from which the first hand-on renumbers ([`RENUMBER_MIN_GROUPS`]).
+    renumber_min_groups: usize,
 }
 
 impl LocalAggregateOperator {
@@ -125,20 +138,19 @@ impl LocalAggregateOperator {
             tagger: Tagger::default(),
             handed_on: false,
             piece_rows: HAND_ON_ROWS,
+            renumber_min_groups: RENUMBER_MIN_GROUPS,
         })
     }
 
-    /// Hands on the next piece of the changed groups; `true` while more remain.
-    fn hand_on_piece(&mut self, out: &mut Collector) -> Result<bool> {
+    /// Hands on the next piece of the changed groups; `true` while more
+    /// remain. `at_barrier`: more hand-ons of the same groups will follow
+    /// (a flush empties the table after its hand-on).
+    fn hand_on_piece(&mut self, out: &mut Collector, at_barrier: bool) -> Result<bool> {
         if !self.hand_on.under_way() {
             let subtasks = match out.routing() {
                 Some(routing)
                     if routing.groups.parallelism() > 1
-                        && self.groups.owners_of_groups(
-                            routing,
-                            &mut self.owners,
-                            &mut self.hashes,
-                        )? =>
+                        && self.route_groups(routing, at_barrier)? =>
                 {
                     Some(routing.groups.parallelism())
                 }
@@ -167,9 +179,30 @@ impl LocalAggregateOperator {
         Ok(false)
     }
 
+    /// Works out each group's downstream subtask under `routing`, first
+    /// numbering the groups in key group order if none went on under their
+    /// present numbers, more hand-ons of them will follow (`at_barrier`)
+    /// and there are enough of them to be worth it; `false` when `routing`
+    /// does not partition by this operator's keys.
+    ///
+    /// A last hand-on (end of input, a full table) does not renumber: the
+    /// order would pay off once only, for the cost of a copy of the table.
+    fn route_groups(&mut self, routing: &KeyRouting, at_barrier: bool) -> Result<bool> {
+        if at_barrier
+            && self.handed_groups == 0
+            && self.groups.group_count() >= self.renumber_min_groups
+        {
+            return self
+                .groups
+                .renumber_by_key_group(routing, &mut self.owners, &mut self.hashes);
+        }
+        self.groups
+            .owners_of_groups(routing, &mut self.owners, &mut self.hashes)
+    }
+
     /// Hands on every changed group and empties the table.
     fn flush(&mut self, out: &mut Collector) -> Result<()> {
-        while self.hand_on_piece(out)? {}
+        while self.hand_on_piece(out, false)? {}
         self.rows_since_flush = 0;
         self.handed_groups = 0;
         self.unseen_then.clear();
@@ -219,7 +252,8 @@ impl Operator for LocalAggregateOperator {
         if let Some(partials) = self.restored.take() {
             out.emit(partials);
         }
-        let more = self.hand_on_piece(out)?;
+        // The last hand-on, before the end of input, is not followed by more.
+        let more = self.hand_on_piece(out, !out.is_ending())?;
         self.handed_on = !more;
         Ok(more)
     }
@@ -358,6 +392,7 @@ mod tests {
                 LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), max_groups)
                     .unwrap();
             local.piece_rows = 100; // hand-ons in several pieces
+            local.renumber_min_groups = 0; // routed, the first hand-on renumbers
             local
         };
         let merging = || AggregateOperator::merging(vec!["k".into()], spec()).unwrap();
@@ -464,13 +499,14 @@ mod tests {
     fn routed_pieces_go_whole_where_the_edge_would_send_their_rows() {
         use crate::partition::{KeyGroups, KeyRouting, partition_batch};
         let batches: Vec<RecordBatch> = (0..6).map(|b| input(b, 500, 2_000)).collect();
-        for key in ["k", "s"] {
+        for (key, renumber_min_groups) in [("k", 0), ("s", 0), ("k", usize::MAX)] {
             let routing = KeyRouting {
                 columns: vec![key.into()],
                 groups: KeyGroups::new(64, 3).unwrap(),
             };
             let mut local = LocalAggregateOperator::new(vec![key.into()], spec()).unwrap();
             local.piece_rows = 100;
+            local.renumber_min_groups = renumber_min_groups;
             let mut pieces = Vec::new();
             // New groups arrive with every batch, so each hand-on routes some
             // groups it has not seen before.
@@ -501,6 +537,51 @@ mod tests {
                 let merged = merged(pieces.into_iter().map(|(piece, _)| piece));
                 assert_eq!(groups(&merged), groups(&one_phase(&batches)));
             }
+        }
+    }
+
+    #[test]
+    fn a_first_hand_on_goes_in_key_group_order_and_later_ones_keep_it() {
+        use crate::partition::{KeyGroups, KeyRouting, hash_columns};
+        let routing = KeyRouting {
+            columns: vec!["k".into()],
+            groups: KeyGroups::new(64, 3).unwrap(),
+        };
+        // The key groups of each routed piece's rows, in the order sent.
+        let hand_on = |local: &mut LocalAggregateOperator, batch: RecordBatch, ending: bool| {
+            let mut out = Collector::routed_by(Some(Arc::new(routing.clone())));
+            local.process(batch, &mut out).unwrap();
+            out.set_ending(ending);
+            while local.before_barrier(&mut out).unwrap() {}
+            let mut sent: Vec<Vec<u32>> = vec![Vec::new(); 3];
+            for (piece, to) in out.take_routed() {
+                let mut hashes = Vec::new();
+                hash_columns(&[piece.column(0)], &mut hashes).unwrap();
+                let groups = hashes.iter().map(|h| routing.groups.group_of(*h));
+                sent[to.expect("routed")].extend(groups);
+            }
+            sent
+        };
+        let ascending = |sent: &[Vec<u32>]| sent.iter().all(|s| s.is_sorted());
+        let mut local = LocalAggregateOperator::new(vec!["k".into()], spec()).unwrap();
+        local.piece_rows = 100;
+        local.renumber_min_groups = 0;
+        let first = hand_on(&mut local, input(0, 2_000, 1_000), false);
+        assert!(ascending(&first), "the first hand-on in key group order");
+        assert!(first.iter().map(Vec::len).sum::<usize>() > 500);
+        // The same keys again: the same order, without renumbering again.
+        let again = hand_on(&mut local, input(0, 2_000, 1_000), false);
+        assert!(ascending(&again), "a later hand-on keeps the order");
+        // Without renumbering, the order is the keys' first-seen order: too
+        // few groups, or a last hand-on before the end of input.
+        for (min_groups, ending) in [(usize::MAX, false), (0, true)] {
+            let mut unordered = LocalAggregateOperator::new(vec!["k".into()], spec()).unwrap();
+            unordered.renumber_min_groups = min_groups;
+            let sent = hand_on(&mut unordered, input(0, 2_000, 1_000), ending);
+            assert!(
+                !ascending(&sent),
+                "min groups {min_groups}, ending {ending}"
+            );
         }
     }
 

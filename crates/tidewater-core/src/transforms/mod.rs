@@ -5,6 +5,7 @@ pub mod aggregate;
 pub(crate) mod changed_groups;
 pub(crate) mod group_index;
 pub(crate) mod hand_on;
+pub(crate) mod key_group_order;
 pub(crate) mod local_aggregate;
 pub(crate) mod prefetch;
 pub(crate) mod row_update;
