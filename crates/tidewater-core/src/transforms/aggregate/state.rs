@@ -78,12 +78,12 @@ impl AggregateOperator {
             owners.clear();
             return Ok(true);
         };
-        // The copy in `state` is all there is of the groups from here on.
-        self.groups = None;
         let keys: Vec<&ArrayRef> = state.columns()[..self.keys.len()].iter().collect();
         hash_columns(&keys, hashes)?;
         let key_groups: Vec<u32> = hashes.iter().map(|h| routing.groups.group_of(*h)).collect();
         let order = by_key_group(&key_groups, routing.groups.count());
+        // The copy in `state` is all there is of the groups from here on.
+        self.groups = None;
         owners.clear();
         owners.extend(
             order
