@@ -1,7 +1,8 @@
 //! The library API end to end, in one process: graphs with unequal
 //! parallelism (round-robin, hash shuffle, several inputs per task), a user
 //! operator with its own checkpointed state across a cancel and resume, a
-//! zombie worker fenced off, and an operator error reported with its uid.
+//! zombie worker fenced off, an operator error reported with its uid, and
+//! the hand-ons an operator is asked for before barriers and the end.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -485,6 +486,83 @@ async fn an_operator_error_fails_the_job_and_names_the_operator() {
     assert!(message.contains("operator 'explode'"), "{message}");
     assert!(message.contains("row 77777 is bad"), "{message}");
     assert_eq!(error.domain(), tidewater::Domain::User);
+}
+
+/// Hand-ons seen by one subtask: for each, whether it came before the
+/// end of input (`true`) or a checkpoint barrier.
+type HandOns = Arc<Mutex<BTreeMap<usize, Vec<bool>>>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_hands_on_before_each_barrier_and_once_more_at_the_end_knowing_which() {
+    let location = open_location("memory://").unwrap();
+    let seen = HandOns::default();
+    let pipeline = Pipeline::new("hand-ons").with_parallelism(2);
+    let recorder = seen.clone();
+    pipeline
+        .source(
+            "generator",
+            GeneratorSource::new(ROWS, KEYS).with_batch_rows(1000),
+        )
+        // Over about a second: checkpoints every 10 ms land before the end.
+        .throttle(RateLimit::new(ROWS as f64 / 2.0))
+        .key_by(["k"])
+        .transform("record", move |ctx| {
+            Ok(RecordHandOns {
+                subtask: ctx.subtask,
+                seen: recorder.clone(),
+            })
+        })
+        .sink("memory", MemorySink::default());
+    let outcome = pipeline
+        .build()
+        .unwrap()
+        .run(memory_config(&location, 10))
+        .await
+        .unwrap();
+    let Outcome::Completed(summary) = outcome else {
+        panic!("expected completion, got {outcome:?}");
+    };
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "both subtasks hand on: {seen:?}");
+    for (subtask, ending) in seen.iter() {
+        // One hand-on per periodic checkpoint, then the last one, which
+        // alone knows it is the end (the final checkpoint follows it).
+        let (last, barriers) = ending.split_last().expect("a hand-on");
+        assert!(
+            *last,
+            "subtask {subtask}: the last hand-on is the end: {ending:?}"
+        );
+        assert!(
+            barriers.iter().all(|e| !e),
+            "subtask {subtask}: a hand-on before a barrier took itself for the end: {ending:?}"
+        );
+        assert_eq!(
+            barriers.len() as u64 + 1,
+            summary.progress.checkpoints,
+            "subtask {subtask}: one hand-on per checkpoint before the final one"
+        );
+    }
+}
+
+/// Passes rows on and records each hand-on's [`Collector::is_ending`].
+struct RecordHandOns {
+    subtask: usize,
+    seen: HandOns,
+}
+
+impl Operator for RecordHandOns {
+    fn kind(&self) -> &str {
+        "record-hand-ons"
+    }
+    fn process(&mut self, batch: RecordBatch, out: &mut Collector) -> Result<()> {
+        out.emit(batch);
+        Ok(())
+    }
+    fn before_barrier(&mut self, out: &mut Collector) -> Result<bool> {
+        let mut seen = self.seen.lock().unwrap();
+        seen.entry(self.subtask).or_default().push(out.is_ending());
+        Ok(false)
+    }
 }
 
 struct Exploding;

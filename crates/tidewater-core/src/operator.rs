@@ -55,9 +55,11 @@ impl Collector {
         self.ending = ending;
     }
 
-    /// Whether this hand-on is the last: the input ended, and
-    /// [`finish`](Operator::finish) comes next.
-    pub(crate) fn is_ending(&self) -> bool {
+    /// In [`Operator::before_barrier`]: whether this hand-on is the last,
+    /// before the end of input rather than a checkpoint barrier, and
+    /// [`finish`](Operator::finish) comes next. Work that pays off only
+    /// across later checkpoints (reordering state, say) can be skipped then.
+    pub fn is_ending(&self) -> bool {
         self.ending
     }
 

@@ -8,6 +8,8 @@
 //! leave the others idle, and every upstream subtask would queue on the
 //! same one.
 
+use crate::transforms::counting_sort::sort_by_bucket;
+
 /// A run of the groups to hand on, all bound for one destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
@@ -57,14 +59,12 @@ impl HandOn {
             });
             return;
         };
-        // A counting sort by subtask.
-        let mut starts = vec![0usize; subtasks + 1];
-        for group in &self.groups {
-            starts[usize::from(owners[*group as usize]) + 1] += 1;
-        }
-        for s in 1..starts.len() {
-            starts[s] += starts[s - 1];
-        }
+        let starts = sort_by_bucket(
+            self.groups.iter().copied(),
+            subtasks,
+            |group| usize::from(owners[group as usize]),
+            &mut self.ordered,
+        );
         for subtask in 0..subtasks {
             if starts[subtask + 1] > starts[subtask] {
                 self.runs.push(Run {
@@ -73,13 +73,6 @@ impl HandOn {
                     to: Some(subtask),
                 });
             }
-        }
-        self.ordered.clear();
-        self.ordered.resize(self.groups.len(), 0);
-        for group in &self.groups {
-            let next = &mut starts[usize::from(owners[*group as usize])];
-            self.ordered[*next] = *group;
-            *next += 1;
         }
         std::mem::swap(&mut self.groups, &mut self.ordered);
     }

@@ -10,23 +10,19 @@
 //! end to the other, near where the previous piece did, instead of at
 //! random places of a table larger than the cache.
 
+use crate::transforms::counting_sort::sort_by_bucket;
+
 /// The rows of `key_groups` (each row's key group, below `count`) in
 /// ascending order of their key groups; rows of one key group keep their
-/// order. A counting sort: two passes over the rows.
+/// order.
 pub(crate) fn by_key_group(key_groups: &[u32], count: u32) -> Vec<u32> {
-    let mut starts = vec![0usize; count as usize + 1];
-    for group in key_groups {
-        starts[*group as usize + 1] += 1;
-    }
-    for g in 1..starts.len() {
-        starts[g] += starts[g - 1];
-    }
-    let mut order = vec![0u32; key_groups.len()];
-    for (row, group) in key_groups.iter().enumerate() {
-        let next = &mut starts[*group as usize];
-        order[*next] = row as u32;
-        *next += 1;
-    }
+    let mut order = Vec::new();
+    sort_by_bucket(
+        0..key_groups.len() as u32,
+        count as usize,
+        |row| key_groups[row as usize] as usize,
+        &mut order,
+    );
     order
 }
 

@@ -3,6 +3,7 @@
 pub(crate) mod accumulator_table;
 pub mod aggregate;
 pub(crate) mod changed_groups;
+pub(crate) mod counting_sort;
 pub(crate) mod group_index;
 pub(crate) mod hand_on;
 pub(crate) mod key_group_order;
