@@ -65,6 +65,12 @@ fn assert_newest_checkpoint_whole(state: &str, job: &str) -> u64 {
         let folder = manifest.trim_end_matches("/_MANIFEST.json");
         let mut largest = 0;
         for blob in record["blobs"].as_array().expect("blobs") {
+            // A blob written by an earlier checkpoint (an incremental
+            // chain's, or a small state that did not change) is in its folder.
+            let folder = match blob["written_in"].as_u64() {
+                Some(id) => format!("{root}/chk-{id:020}"),
+                None => folder.to_string(),
+            };
             let path = format!("{folder}/{}", blob["path"].as_str().expect("blob path"));
             assert!(
                 objects.contains(&path),

@@ -15,6 +15,7 @@ mod progress;
 mod rescale;
 mod restore;
 mod task;
+mod unchanged;
 mod wiring;
 
 pub use config::{JobConfig, Lease};
