@@ -1,6 +1,5 @@
 //! Recovery paths a user meets: cancel then resume, a corrupted newest
-//! checkpoint, a resume from a checkpoint that lists an unchanged state
-//! written before it, a pipeline changed between runs, and bad flags.
+//! checkpoint, a pipeline changed between runs, and bad flags.
 
 mod common;
 
@@ -98,55 +97,6 @@ fn blobs_of(manifest: &Path, uid: &str) -> Vec<PathBuf> {
     std::fs::read_dir(&dir)
         .map(|entries| entries.map(|e| e.unwrap().path()).collect())
         .unwrap_or_default()
-}
-
-#[test]
-fn a_state_that_did_not_change_is_listed_again_not_written_again() {
-    // In aggregate mode the Parquet sink writes nothing before the end of
-    // input: its state is the same at every checkpoint after the first.
-    let dir = tempfile::tempdir().unwrap();
-    let mut job = Backfill::new(dir.path(), "aggregate", AGGREGATE_ROWS, KEYS);
-    job.interval = "50ms";
-    run_and_kill_after(&job, 3);
-    let newest = job.manifests().pop().unwrap();
-    let id = checkpoint_id(&newest);
-    let folder = newest.parent().unwrap();
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&newest).unwrap()).unwrap();
-    let blobs = manifest["blobs"].as_array().unwrap();
-    let of = |uid: &'static str| blobs.iter().filter(move |b| b["uid"] == uid);
-    assert_eq!(of("parquet").count(), 2, "{manifest}");
-    for blob in of("parquet") {
-        let written_in = blob["written_in"].as_u64();
-        assert!(
-            written_in.is_some_and(|w| w < id),
-            "checkpoint {id} wrote the sink's unchanged state again: {blob}"
-        );
-        let file = folder
-            .with_file_name(format!("chk-{:020}", written_in.unwrap()))
-            .join(blob["path"].as_str().unwrap());
-        assert!(file.exists(), "{} is gone", file.display());
-    }
-    assert!(!folder.join("parquet").exists());
-    // The aggregate's state changed, and is in this checkpoint's folder.
-    assert!(
-        of("aggregate").all(|b| b["written_in"].is_null()),
-        "{manifest}"
-    );
-
-    let (resumed, summary) = job.run_with_summary();
-    let stdout = String::from_utf8_lossy(&resumed.stdout);
-    assert!(
-        stdout.contains(&format!("resumed from checkpoint {id},")),
-        "{}",
-        text(&resumed)
-    );
-    assert_eq!(
-        summary["fallbacks"].as_array().map(Vec::len),
-        Some(0),
-        "{summary}"
-    );
-    assert_aggregate_output(&job.out, AGGREGATE_ROWS, KEYS);
 }
 
 #[test]

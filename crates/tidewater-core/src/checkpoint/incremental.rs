@@ -103,10 +103,9 @@ impl ChainLength {
 }
 
 /// The blobs of the previous checkpoint (`previous`, the manifest this run
-/// completed last) that go on in this one: those of the operator subtasks
-/// in `carried` (an incremental chain, base and deltas in order, or a
-/// small state that did not change), each marked with the folder it lives
-/// in. A task's deltas of this checkpoint follow them.
+/// completed last) whose chains go on in this one: those of the operator
+/// subtasks in `carried`, base and deltas in order, each marked with the
+/// folder it lives in. A task's deltas of this checkpoint follow them.
 pub fn carried_blobs(
     previous: Option<(CheckpointId, &[BlobRecord])>,
     carried: &[(String, usize)],
@@ -126,9 +125,8 @@ pub fn carried_blobs(
         }
         if !found {
             return Err(Error::Internal(format!(
-                "operator '{uid}' subtask {subtask} carried its state on from the previous \
-                 checkpoint (a delta, or a state that did not change), but that checkpoint \
-                 lists no state of it"
+                "operator '{uid}' subtask {subtask} wrote a delta, but the previous checkpoint \
+                 lists no state of it to apply the delta to"
             )));
         }
     }

@@ -152,14 +152,6 @@ impl OperatorChain {
         Ok(emitted)
     }
 
-    /// Whether operator `uid` keeps an incremental chain: its whole
-    /// snapshot starts one, and is always written.
-    pub fn tracks_changes(&self, uid: &str) -> bool {
-        self.operators
-            .iter()
-            .any(|op| op.incremental.is_some() && *op.uid == *uid)
-    }
-
     /// The state of every stateful operator: whole, or for operators with
     /// an incremental chain going on, the keys changed since the last one.
     pub fn snapshot(&mut self) -> Result<ChainSnapshot> {

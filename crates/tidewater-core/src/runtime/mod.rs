@@ -15,7 +15,6 @@ mod progress;
 mod rescale;
 mod restore;
 mod task;
-mod unchanged;
 mod wiring;
 
 pub use config::{JobConfig, Lease};

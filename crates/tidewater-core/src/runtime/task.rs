@@ -15,7 +15,6 @@ use super::input_gate::{GateEvent, InputGate};
 use super::message::Message;
 use super::output::Output;
 use super::progress::Progress;
-use super::unchanged::UnchangedStates;
 use crate::checkpoint::{BlobRecord, StateStore};
 use crate::error::{Error, Result};
 use crate::events::OperatorMeter;
@@ -56,9 +55,8 @@ pub(crate) struct Ack {
 #[derive(Debug)]
 pub(crate) struct AckData {
     pub blobs: Vec<BlobRecord>,
-    /// Operator subtasks whose blobs in the previous checkpoint go on in
-    /// this one: an incremental chain (`blobs` holds its delta, if any), or
-    /// a small state that did not change.
+    /// Operator subtasks whose incremental chain in the previous
+    /// checkpoint goes on in this one (`blobs` holds their deltas, if any).
     pub carried: Vec<(String, usize)>,
     pub commits: Vec<CommitHandle>,
     /// Rows this source subtask emitted in this run before the barrier.
@@ -95,9 +93,6 @@ pub(crate) struct TaskCore {
     pub store: StateStore,
     pub events: UnboundedSender<Event>,
     pub progress: Arc<Progress>,
-    /// The small states written at the previous checkpoint, so that one
-    /// that did not change is not written again.
-    pub unchanged: UnchangedStates,
 }
 
 impl TaskCore {
@@ -177,6 +172,11 @@ impl TaskCore {
         let snapshot = self.chain.snapshot()?;
         let mut states = snapshot.states;
         let subtask = self.chain.subtask;
+        let carried = snapshot
+            .carried
+            .iter()
+            .map(|uid| (uid.to_string(), subtask))
+            .collect();
         let (commits, sink_state) = self.pre_commit(checkpoint).await?;
         let whole = |(uid, batch)| OperatorState {
             uid,
@@ -184,16 +184,6 @@ impl TaskCore {
             delta: false,
         };
         states.extend(extra.into_iter().chain(sink_state).map(whole));
-        let chain = &self.chain;
-        let (states, unchanged) = self
-            .unchanged
-            .split(states, |uid| !chain.tracks_changes(uid));
-        let carried = snapshot
-            .carried
-            .iter()
-            .chain(&unchanged)
-            .map(|uid| (uid.to_string(), subtask))
-            .collect();
         let snapshot = began.elapsed();
         if let Tail::Channels(output) = &mut self.tail {
             output.broadcast(Message::Barrier(checkpoint)).await?;

@@ -203,7 +203,6 @@ pub(crate) async fn wire(
                 store: store.clone(),
                 events: events_tx.clone(),
                 progress: progress.clone(),
-                unchanged: Default::default(),
             };
             task_count += 1;
             // Every log line of the task carries where it came from.
