@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use tidewater::checkpoint::incremental::DEFAULT_FULL_EVERY;
 
 use common::{
-    Backfill, Rng, assert_aggregate_output, checkpoint_id, kill_randomly_until_complete, text,
+    Backfill, Rng, assert_aggregate_output, checkpoint_folder, checkpoint_id,
+    kill_randomly_until_complete, text,
 };
 
 const ROWS: u64 = 600_000;
@@ -122,7 +123,7 @@ fn wait_for_chain(
 fn blob_file(job: &Backfill, blob: &Listed) -> PathBuf {
     job.state
         .join("backfill")
-        .join(format!("chk-{:020}", blob.folder))
+        .join(checkpoint_folder(blob.folder))
         .join(&blob.path)
 }
 

@@ -21,8 +21,8 @@ use object_store::ObjectStoreExt;
 use tidewater::open_location;
 
 use common::{
-    Backfill, Rng, assert_copy_output, download, example_binary, kill_randomly_until_complete,
-    read_output, s3_prefix, text, walk,
+    Backfill, Rng, assert_copy_output, checkpoint_folder, download, example_binary,
+    kill_randomly_until_complete, read_output, s3_prefix, text, walk,
 };
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -65,10 +65,10 @@ fn assert_newest_checkpoint_whole(state: &str, job: &str) -> u64 {
         let folder = manifest.trim_end_matches("/_MANIFEST.json");
         let mut largest = 0;
         for blob in record["blobs"].as_array().expect("blobs") {
-            // A blob written by an earlier checkpoint (an incremental
-            // chain's, or a small state that did not change) is in its folder.
+            // A blob an earlier checkpoint wrote (an incremental chain's
+            // base or delta) is in that checkpoint's folder.
             let folder = match blob["written_in"].as_u64() {
-                Some(id) => format!("{root}/chk-{id:020}"),
+                Some(id) => format!("{root}/{}", checkpoint_folder(id)),
                 None => folder.to_string(),
             };
             let path = format!("{folder}/{}", blob["path"].as_str().expect("blob path"));

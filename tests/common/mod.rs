@@ -212,6 +212,11 @@ impl Backfill {
     }
 }
 
+/// The name of checkpoint `id`'s folder under the job's state folder.
+pub fn checkpoint_folder(id: u64) -> String {
+    format!("chk-{id:020}")
+}
+
 /// The id of the checkpoint whose `_MANIFEST.json` is at `manifest`.
 pub fn checkpoint_id(manifest: &Path) -> u64 {
     manifest
