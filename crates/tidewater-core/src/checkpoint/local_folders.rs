@@ -8,9 +8,128 @@
 //! measured), and the cost kept growing with the job's age. Retention
 //! removes a checkpoint's folders with its files, and a run sweeps the ones
 //! a crash (or an older build) left behind when it starts.
+//!
+//! Two more things a local folder does its own way, both to cost less per
+//! checkpoint: which folders to sync before a manifest is written
+//! ([`changed_by`]), and listing the checkpoints ([`list`]).
 
+use std::collections::BTreeSet;
 use std::io;
 use std::path::Path;
+
+use crate::ids::CheckpointId;
+
+/// The folders whose entries a checkpoint's new blobs changed, relative to
+/// the checkpoint's own folder and deepest first: each blob's folder and
+/// every folder above it, ending with `""`, the checkpoint's folder, whose
+/// own entry in the job's folder is the caller's to add. `blob_paths` are
+/// the `/`-separated paths of the blobs written in this checkpoint (not of
+/// those an incremental chain lists from earlier ones).
+///
+/// ```text
+/// ["aggregate/0.arrow", "aggregate/1.arrow", "source/0.arrow"]
+///     -> ["aggregate", "source", ""]
+/// ```
+pub(crate) fn changed_by<'a>(blob_paths: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut folders = BTreeSet::new();
+    for path in blob_paths {
+        let mut folder = path;
+        while let Some((parent, _)) = folder.rsplit_once('/') {
+            folders.insert(parent);
+            folder = parent;
+        }
+        folders.insert("");
+    }
+    let mut folders: Vec<String> = folders.into_iter().map(str::to_string).collect();
+    // Deepest first, so that each folder is synced before the one holding it.
+    folders.sort_by_key(|f| {
+        let depth = if f.is_empty() {
+            0
+        } else {
+            f.matches('/').count() + 1
+        };
+        std::cmp::Reverse(depth)
+    });
+    folders
+}
+
+/// Ids of every checkpoint with a manifest (`manifest` directly in its
+/// folder) and of every checkpoint folder holding a file, both ascending:
+/// what listing the local object store finds, without reading the
+/// metadata of each file it holds. Children of `job_root` whose names
+/// `parse` gives no id are not checkpoints. Temporaries of the object
+/// store's own writes (`name#digits`) are not files, as for the store.
+pub(crate) fn list(
+    job_root: &Path,
+    manifest: &str,
+    parse: impl Fn(&str) -> Option<CheckpointId>,
+) -> io::Result<(Vec<CheckpointId>, Vec<CheckpointId>)> {
+    let mut complete = Vec::new();
+    let mut folders = Vec::new();
+    let entries = match std::fs::read_dir(job_root) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((complete, folders)),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(id) = name.to_str().and_then(&parse) else {
+            continue;
+        };
+        // A file where a checkpoint's folder should be is listed as the
+        // store lists it: a folder without a manifest.
+        let (has_manifest, has_file) = match entry.file_type()?.is_dir() {
+            true => look_into(&entry.path(), Some(manifest))?,
+            false => (false, !is_staged_upload(&name.to_string_lossy())),
+        };
+        if has_file {
+            folders.push(id);
+        }
+        if has_manifest {
+            complete.push(id);
+        }
+    }
+    complete.sort_unstable();
+    folders.sort_unstable();
+    Ok((complete, folders))
+}
+
+/// Whether `dir` holds a file named `manifest` directly, and whether its
+/// tree holds any file. A folder removed meanwhile holds neither.
+fn look_into(dir: &Path, manifest: Option<&str>) -> io::Result<(bool, bool)> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((false, false)),
+        Err(e) => return Err(e),
+    };
+    let (mut has_manifest, mut has_file) = (false, false);
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        if entry.file_type()?.is_dir() {
+            if !has_file {
+                has_file = look_into(&entry.path(), None)?.1;
+            }
+        } else if !is_staged_upload(&name.to_string_lossy()) {
+            has_file = true;
+            has_manifest |= manifest.is_some_and(|m| name == m);
+        }
+        if has_file && (has_manifest || manifest.is_none()) {
+            break;
+        }
+    }
+    Ok((has_manifest, has_file))
+}
+
+/// A temporary of the local object store's own writes, `name#digits`,
+/// which it does not list.
+fn is_staged_upload(name: &str) -> bool {
+    match name.split_once('#') {
+        Some((_, suffix)) => !suffix.is_empty() && suffix.bytes().all(|b| b.is_ascii_digit()),
+        None => false,
+    }
+}
 
 /// Removes `dir` and the folders under it, deepest first, where they hold
 /// no file. Returns whether `dir` is gone (a missing `dir` counts as gone).
@@ -88,6 +207,22 @@ mod tests {
         assert!(!kept.join("source").exists(), "its empty part goes");
 
         assert!(remove_empty_tree(&dir.path().join("missing")).unwrap());
+    }
+
+    #[test]
+    fn the_folders_to_sync_are_those_of_the_new_blobs_deepest_first() {
+        for (paths, expected) in [
+            (vec![], vec![]),
+            (vec!["aggregate/0.arrow"], vec!["aggregate", ""]),
+            (
+                vec!["source/1.arrow", "aggregate/0.arrow", "source/0.arrow"],
+                vec!["aggregate", "source", ""],
+            ),
+            (vec!["a/b/0.arrow", "c/0.arrow"], vec!["a/b", "a", "c", ""]),
+            (vec!["top.arrow"], vec![""]),
+        ] {
+            assert_eq!(changed_by(paths.iter().copied()), expected, "{paths:?}");
+        }
     }
 
     #[test]

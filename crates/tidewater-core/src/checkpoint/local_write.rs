@@ -1,4 +1,5 @@
-//! Durable writes of large blobs into a local folder, past the page cache.
+//! Durable writes of blobs into a local folder: large ones past the page
+//! cache, small ones whole.
 //!
 //! Writing a 32 MB blob through the page cache costs ~10 ms of CPU copying
 //! it (measured on a 2-core machine, 4-5x that under load), which a 1 s
@@ -9,6 +10,12 @@
 //! it or nothing, like the object store's own local writes. Where direct
 //! I/O is refused (tmpfs, other systems) the write goes through the page
 //! cache.
+//!
+//! Neither syncs the folder it writes in: a checkpoint's folders are synced
+//! once, before its manifest is written ([`sync_folders`]), rather than once
+//! per blob as the object store's own local writes do. Nothing reads a blob
+//! before a manifest lists it, so a blob's name needs to be durable only by
+//! then.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom, Write};
@@ -29,6 +36,58 @@ pub(crate) const DIRECT_ALIGN: usize = 4096;
 
 /// Bytes gathered before each write: a multiple of [`DIRECT_ALIGN`].
 const STAGING_BYTES: usize = 1 << 20;
+
+/// What a blob's temporary file is called beside it until it is finished.
+/// A `#` followed by anything but digits: the local object store lists it,
+/// so deleting a checkpoint deletes a temporary a crash left behind too.
+const TEMPORARY_SUFFIX: &str = "#writing";
+
+fn temporary_of(path: &Path) -> PathBuf {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(TEMPORARY_SUFFIX);
+    PathBuf::from(temporary)
+}
+
+/// Writes the small blob `bytes` to `path` (its folder created when
+/// missing), durably but for the folder's entry: to a temporary beside it,
+/// synced, then renamed. A reader sees all of it or nothing.
+pub(crate) fn write_small(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temporary = temporary_of(path);
+    // Opened first, the folder created only when missing: most blobs go
+    // into a folder that an earlier subtask's blob already created.
+    let mut file = match create(&temporary) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let folder = path.parent().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "a blob path has a folder")
+            })?;
+            std::fs::create_dir_all(folder)?;
+            create(&temporary)?
+        }
+        opened => opened?,
+    };
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_data())
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
+}
+
+/// Syncs each of `folders` (missing ones skipped), so that the names
+/// created in them are durable. An error names the folder.
+pub(crate) fn sync_folders(folders: &[PathBuf]) -> io::Result<()> {
+    for folder in folders {
+        let synced = match File::open(folder) {
+            Ok(opened) => opened.sync_all(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        };
+        synced.map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", folder.display())))?;
+    }
+    Ok(())
+}
 
 /// A blob file being written: bytes go in through [`Write`], and
 /// [`finish`](Self::finish) makes the file durable under its name. Dropped
@@ -66,13 +125,7 @@ pub(crate) fn write_state(
     path: &impl std::fmt::Display,
     batch: &RecordBatch,
 ) -> Result<Written> {
-    let failed = |e: &dyn std::fmt::Display| Error::External {
-        message: format!(
-            "storage: write state blob '{path}' failed: {e}; check the state folder's free \
-             space and permissions"
-        ),
-        retryable: true,
-    };
+    let failed = |e: &dyn std::fmt::Display| write_failed(path, e);
     let mut out = DurableFile::create(file).map_err(|e| failed(&e))?;
     let encoded = blob::encode_to(batch, &mut out).map(|_| ());
     // Arrow wraps the writer's io error beyond recognition: say the first one.
@@ -83,6 +136,30 @@ pub(crate) fn write_state(
     out.finish().map_err(|e| failed(&e))
 }
 
+/// Writes the encoded small blob `bytes` into the blob file `file` (see
+/// [`write_small`]); `path` names the blob in errors.
+pub(crate) fn write_small_blob(
+    file: &Path,
+    path: &impl std::fmt::Display,
+    bytes: &[u8],
+) -> Result<Written> {
+    write_small(file, bytes).map_err(|e| write_failed(path, &e))?;
+    Ok(Written {
+        bytes: bytes.len() as u64,
+        crc32: blob::checksum(bytes),
+    })
+}
+
+fn write_failed(path: &impl std::fmt::Display, e: &dyn std::fmt::Display) -> Error {
+    Error::External {
+        message: format!(
+            "storage: write state blob '{path}' failed: {e}; check the state folder's free \
+             space and permissions"
+        ),
+        retryable: true,
+    }
+}
+
 impl DurableFile {
     /// Starts writing `path` (its folder created): a temporary file beside it.
     pub fn create(path: &Path) -> io::Result<Self> {
@@ -90,10 +167,7 @@ impl DurableFile {
             io::Error::new(io::ErrorKind::InvalidInput, "a blob path has a folder")
         })?;
         std::fs::create_dir_all(folder)?;
-        let mut temporary = path.as_os_str().to_owned();
-        // `#` marks an unfinished write: the local object store does not list it.
-        temporary.push("#direct");
-        let temporary = PathBuf::from(temporary);
+        let temporary = temporary_of(path);
         let file = open_direct(&temporary).or_else(|_| create(&temporary))?;
         let direct = is_direct(&file);
         let mut staging = Vec::<u8>::with_capacity(STAGING_BYTES + DIRECT_ALIGN);
@@ -161,8 +235,9 @@ impl DurableFile {
         Ok(())
     }
 
-    /// Writes the rest, syncs, renames the temporary to the blob's name and
-    /// syncs the folder.
+    /// Writes the rest, syncs, and renames the temporary to the blob's name
+    /// (the folder is synced with the checkpoint's others, see
+    /// [`sync_folders`]).
     pub fn finish(mut self) -> io::Result<Written> {
         if let Some(why) = &self.failed {
             return Err(io::Error::other(why.clone()));
@@ -171,9 +246,6 @@ impl DurableFile {
         self.file.sync_all()?;
         std::fs::rename(&self.temporary, &self.path)?;
         self.finished = true;
-        if let Some(folder) = self.path.parent() {
-            File::open(folder)?.sync_all()?;
-        }
         Ok(Written {
             bytes: self.bytes,
             crc32: self.hasher.clone().finalize(),
@@ -320,9 +392,26 @@ mod tests {
                 },
                 "{name}"
             );
-            let temporary = path.with_file_name("0.arrow#direct");
+            let temporary = temporary_of(&path);
             assert!(!temporary.exists(), "{name}: temporary left behind");
         }
+    }
+
+    #[test]
+    fn a_small_blob_is_written_whole_into_a_folder_made_for_it_and_replaces_an_older_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("chk-1").join("aggregate").join("0.arrow");
+        write_small(&path, b"first state").unwrap();
+        write_small(&path, b"second").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"second");
+        assert!(!temporary_of(&path).exists());
+        // A temporary a crash left behind is written over.
+        std::fs::write(temporary_of(&path), b"a crash left this, longer").unwrap();
+        write_small(&path, b"third").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"third");
+        assert!(!temporary_of(&path).exists());
+
+        sync_folders(&[dir.path().join("chk-1"), dir.path().join("missing")]).unwrap();
     }
 
     #[test]
@@ -343,6 +432,6 @@ mod tests {
             short,
             "the blob is untouched"
         );
-        assert!(!path.with_file_name("0.arrow#direct").exists());
+        assert!(!temporary_of(&path).exists());
     }
 }

@@ -38,8 +38,9 @@ pub struct StateStore {
     job: String,
     /// Part buffers back from their upload, for the next large blobs.
     parts: PartPool,
-    /// The store's folder, when it is a local one: large blobs are written
-    /// there directly (see [`local_write`]).
+    /// The store's folder, when it is a local one: blobs are written there
+    /// directly, and their folders synced once per checkpoint (see
+    /// [`local_write`]).
     local_folder: Option<std::path::PathBuf>,
 }
 
@@ -74,6 +75,8 @@ impl StateStore {
     /// is written as it is encoded, so no encoded copy of it is ever held:
     /// directly to the device for a local folder, in parts of a multipart
     /// upload for an object store. A small one is encoded and put whole.
+    /// On a local folder, the blob's name is durable once the checkpoint's
+    /// manifest is written ([`write_manifest`](Self::write_manifest)).
     pub async fn put_state(
         &self,
         id: CheckpointId,
@@ -87,6 +90,14 @@ impl StateStore {
             Some(folder) if size >= local_write::DIRECT_MIN_BYTES => {
                 let file = crate::local_file(folder, path.parts());
                 off_task(move || local_write::write_state(&file, &path, &batch)).await?
+            }
+            Some(folder) => {
+                let file = crate::local_file(folder, path.parts());
+                off_task(move || {
+                    let bytes = blob::encode(&batch)?;
+                    local_write::write_small_blob(&file, &path, &bytes)
+                })
+                .await?
             }
             _ if size >= upload::PART_BYTES => {
                 upload::put_in_parts(self.store.as_ref(), &path, batch, &self.parts).await?
@@ -117,6 +128,11 @@ impl StateStore {
             crc32: blob::checksum(&bytes),
             ..self.blob_record(uid, subtask)
         };
+        if let Some(folder) = &self.local_folder {
+            let file = crate::local_file(folder, path.parts());
+            off_task(move || local_write::write_small_blob(&file, &path, &bytes)).await?;
+            return Ok(record);
+        }
         self.store
             .put(&path, PutPayload::from(bytes))
             .await
@@ -188,8 +204,19 @@ impl StateStore {
 
     /// Writes a manifest with create-only semantics: the checkpoint exists
     /// from this moment on, and a second writer of the same id is refused.
+    /// On a local folder, the folders its new blobs went into are synced
+    /// first, so that every blob it lists is durable by then.
     pub async fn write_manifest(&self, manifest: &Manifest) -> Result<()> {
         let path = self.manifest_path(manifest.checkpoint);
+        if let Some(folder) = &self.local_folder {
+            let folders = self.folders_to_sync(folder, manifest);
+            let own = crate::local_file(folder, self.checkpoint_dir(manifest.checkpoint).parts());
+            off_task(move || {
+                local_write::sync_folders(&folders)
+                    .map_err(|e| folder_error("sync the folders of", &own, e))
+            })
+            .await?;
+        }
         let json = serde_json::to_vec_pretty(manifest)
             .map_err(|e| Error::Internal(format!("manifest does not serialise: {e}")))?;
         match self.put_if_absent(&path, PutPayload::from(json)).await {
@@ -201,6 +228,34 @@ impl StateStore {
             }),
             Err(e) => Err(Error::storage("write manifest", &path, e)),
         }
+    }
+
+    /// The local folders to sync before `manifest` is written: those its
+    /// new blobs changed (see [`local_folders::changed_by`]), then the
+    /// job's folder, which holds the checkpoint's.
+    fn folders_to_sync(
+        &self,
+        folder: &std::path::Path,
+        manifest: &Manifest,
+    ) -> Vec<std::path::PathBuf> {
+        let id = manifest.checkpoint;
+        let own = crate::local_file(folder, self.checkpoint_dir(id).parts());
+        let new_blobs = manifest
+            .blobs
+            .iter()
+            .filter(|b| b.written_in.is_none_or(|w| w == id))
+            .map(|b| b.path.as_str());
+        let mut folders: Vec<_> = local_folders::changed_by(new_blobs)
+            .iter()
+            .map(|relative| {
+                relative
+                    .split('/')
+                    .filter(|part| !part.is_empty())
+                    .fold(own.clone(), |dir, part| dir.join(part))
+            })
+            .collect();
+        folders.push(crate::local_file(folder, self.root.parts()));
+        folders
     }
 
     /// Reads and parses the manifest of checkpoint `id`.
@@ -273,6 +328,20 @@ impl StateStore {
     /// Ids of every checkpoint that has a manifest, and of every checkpoint
     /// folder (with or without one), both ascending.
     pub async fn list_checkpoints(&self) -> Result<(Vec<CheckpointId>, Vec<CheckpointId>)> {
+        if let Some(folder) = &self.local_folder {
+            let root = crate::local_file(folder, self.root.parts());
+            return off_task(move || {
+                local_folders::list(&root, MANIFEST, parse_checkpoint_folder)
+                    .map_err(|e| folder_error("list the checkpoints in", &root, e))
+            })
+            .await;
+        }
+        self.list_checkpoints_in_store().await
+    }
+
+    /// [`list_checkpoints`](Self::list_checkpoints) through the object
+    /// store's listing, which reads every file's metadata.
+    async fn list_checkpoints_in_store(&self) -> Result<(Vec<CheckpointId>, Vec<CheckpointId>)> {
         let objects: Vec<_> = self
             .store
             .list(Some(&self.root))
@@ -589,6 +658,93 @@ mod tests {
         assert!(folder(2).exists());
         let (complete, _) = store.list_checkpoints().await.unwrap();
         assert_eq!(complete, vec![CheckpointId(2)]);
+    }
+
+    #[tokio::test]
+    async fn a_local_folder_lists_the_checkpoints_its_object_store_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = crate::open_location(dir.path().to_str().unwrap()).unwrap();
+        let local = StateStore::new(&location, "job");
+        let through_store = StateStore {
+            local_folder: None,
+            ..local.clone()
+        };
+        let root = dir.path().join("job");
+        let folder = |id: u64| root.join(format!("chk-{id:020}"));
+        let touch = |path: std::path::PathBuf| {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b"x").unwrap();
+        };
+        touch(folder(1).join("_MANIFEST.json"));
+        touch(folder(1).join("aggregate/0.arrow"));
+        touch(folder(2).join("aggregate/0.arrow"));
+        std::fs::create_dir_all(folder(3).join("aggregate")).unwrap();
+        touch(folder(4).join("aggregate/0.arrow#3"));
+        touch(folder(5).join("aggregate/0.arrow#writing"));
+        touch(folder(6).join("aggregate/_MANIFEST.json"));
+        touch(folder(7).join("_MANIFEST.json#12"));
+        touch(folder(7).join("a/b/c/0.arrow"));
+        touch(folder(8));
+        touch(root.join("_epochs/00000000000000000001"));
+        touch(root.join("chk-x/_MANIFEST.json"));
+        touch(root.join("other/_MANIFEST.json"));
+
+        let expected = (
+            vec![CheckpointId(1)],
+            [1, 2, 5, 6, 7, 8].map(CheckpointId).to_vec(),
+        );
+        assert_eq!(through_store.list_checkpoints().await.unwrap(), expected);
+        assert_eq!(local.list_checkpoints().await.unwrap(), expected);
+
+        std::fs::remove_dir_all(&root).unwrap();
+        let nothing = (vec![], vec![]);
+        assert_eq!(local.list_checkpoints().await.unwrap(), nothing);
+    }
+
+    #[tokio::test]
+    async fn a_local_checkpoint_reads_back_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::new(
+            &crate::open_location(dir.path().to_str().unwrap()).unwrap(),
+            "job",
+        );
+        store.claim_epoch().await.unwrap();
+        let batch = RecordBatch::try_from_iter([(
+            "k",
+            Arc::new(arrow::array::Int64Array::from(vec![1, 2, 3])) as _,
+        )])
+        .unwrap();
+        let id = CheckpointId(4);
+        let mut manifest = manifest(4, 1);
+        manifest.blobs = vec![
+            store
+                .put_state(id, "aggregate", 0, batch.clone())
+                .await
+                .unwrap(),
+            store
+                .put_blob(id, "source", 1, Bytes::from_static(b"cursor"))
+                .await
+                .unwrap(),
+        ];
+        store.write_manifest(&manifest).await.unwrap();
+
+        let read = store.read_manifest(id).await.unwrap();
+        assert_eq!(read.blobs, manifest.blobs);
+        assert_eq!(store.read_blob(id, &read.blobs[0]).await.unwrap(), batch);
+        let path = store.blob_path(id, &read.blobs[1]).unwrap();
+        assert_eq!(store.get(&path, "read").await.unwrap().as_ref(), b"cursor");
+        let folder = dir.path().join("job/chk-00000000000000000004");
+        let mut names: Vec<String> = ["aggregate", "source"]
+            .iter()
+            .flat_map(|uid| std::fs::read_dir(folder.join(uid)).unwrap())
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, vec!["0.arrow", "1.arrow"]);
+        assert_eq!(
+            store.list_checkpoints().await.unwrap(),
+            (vec![id], vec![id])
+        );
     }
 
     #[tokio::test]
