@@ -9,9 +9,10 @@
 //! removes a checkpoint's folders with its files, and a run sweeps the ones
 //! a crash (or an older build) left behind when it starts.
 //!
-//! Two more things a local folder does its own way, both to cost less per
+//! More things a local folder does its own way, to cost less per
 //! checkpoint: which folders to sync before a manifest is written
-//! ([`changed_by`]), and listing the checkpoints ([`list`]).
+//! ([`changed_by`]), and listing the checkpoints ([`list`]) and the epochs
+//! ([`file_names`]).
 
 use std::collections::BTreeSet;
 use std::io;
@@ -93,6 +94,25 @@ pub(crate) fn list(
     complete.sort_unstable();
     folders.sort_unstable();
     Ok((complete, folders))
+}
+
+/// The names of the files directly in `dir`, as the local object store
+/// lists them (its own temporaries left out); none when `dir` is missing.
+pub(crate) fn file_names(dir: &Path) -> io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !entry.file_type()?.is_dir() && !is_staged_upload(&name) {
+            names.push(name);
+        }
+    }
+    Ok(names)
 }
 
 /// Whether `dir` holds a file named `manifest` directly, and whether its

@@ -434,6 +434,19 @@ impl StateStore {
     /// Every epoch taken so far.
     pub async fn epochs(&self) -> Result<Vec<Epoch>> {
         let dir = self.root.clone().join(EPOCHS);
+        // Checked before every manifest: on a local folder, the names alone.
+        if let Some(folder) = &self.local_folder {
+            let local = crate::local_file(folder, dir.parts());
+            return off_task(move || {
+                let names = local_folders::file_names(&local)
+                    .map_err(|e| folder_error("list the epochs in", &local, e))?;
+                Ok(names
+                    .iter()
+                    .filter_map(|n| n.parse().ok().map(Epoch))
+                    .collect())
+            })
+            .await;
+        }
         let objects: Vec<_> = self
             .store
             .list(Some(&dir))
@@ -699,6 +712,30 @@ mod tests {
         std::fs::remove_dir_all(&root).unwrap();
         let nothing = (vec![], vec![]);
         assert_eq!(local.list_checkpoints().await.unwrap(), nothing);
+    }
+
+    #[tokio::test]
+    async fn a_local_folder_lists_the_epochs_its_object_store_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = crate::open_location(dir.path().to_str().unwrap()).unwrap();
+        let local = StateStore::new(&location, "job");
+        let through_store = StateStore {
+            local_folder: None,
+            ..local.clone()
+        };
+        assert_eq!(local.epochs().await.unwrap(), vec![]);
+        for _ in 0..3 {
+            local.claim_epoch().await.unwrap();
+        }
+        let epochs = dir.path().join("job/_epochs");
+        std::fs::write(epochs.join("00000000000000000009#4"), b"").unwrap();
+        std::fs::write(epochs.join("not-an-epoch"), b"").unwrap();
+        let mut listed = local.epochs().await.unwrap();
+        listed.sort();
+        assert_eq!(listed, [1, 2, 3].map(Epoch).to_vec());
+        let mut expected = through_store.epochs().await.unwrap();
+        expected.sort();
+        assert_eq!(listed, expected);
     }
 
     #[tokio::test]
