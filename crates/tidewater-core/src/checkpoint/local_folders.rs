@@ -20,6 +20,16 @@ use std::path::Path;
 
 use crate::ids::CheckpointId;
 
+/// The entries of `dir`, or `None` when it is missing (a checkpoint
+/// deleted meanwhile, or a job that never wrote one).
+fn read_dir_if_present(dir: &Path) -> io::Result<Option<std::fs::ReadDir>> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => Ok(Some(entries)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// The folders whose entries a checkpoint's new blobs changed, relative to
 /// the checkpoint's own folder and deepest first: each blob's folder and
 /// every folder above it, ending with `""`, the checkpoint's folder, whose
@@ -67,10 +77,8 @@ pub(crate) fn list(
 ) -> io::Result<(Vec<CheckpointId>, Vec<CheckpointId>)> {
     let mut complete = Vec::new();
     let mut folders = Vec::new();
-    let entries = match std::fs::read_dir(job_root) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((complete, folders)),
-        Err(e) => return Err(e),
+    let Some(entries) = read_dir_if_present(job_root)? else {
+        return Ok((complete, folders));
     };
     for entry in entries {
         let entry = entry?;
@@ -99,10 +107,8 @@ pub(crate) fn list(
 /// The names of the files directly in `dir`, as the local object store
 /// lists them (its own temporaries left out); none when `dir` is missing.
 pub(crate) fn file_names(dir: &Path) -> io::Result<Vec<String>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
+    let Some(entries) = read_dir_if_present(dir)? else {
+        return Ok(Vec::new());
     };
     let mut names = Vec::new();
     for entry in entries {
@@ -118,10 +124,8 @@ pub(crate) fn file_names(dir: &Path) -> io::Result<Vec<String>> {
 /// Whether `dir` holds a file named `manifest` directly, and whether its
 /// tree holds any file. A folder removed meanwhile holds neither.
 fn look_into(dir: &Path, manifest: Option<&str>) -> io::Result<(bool, bool)> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((false, false)),
-        Err(e) => return Err(e),
+    let Some(entries) = read_dir_if_present(dir)? else {
+        return Ok((false, false));
     };
     let (mut has_manifest, mut has_file) = (false, false);
     for entry in entries {
@@ -155,10 +159,8 @@ fn is_staged_upload(name: &str) -> bool {
 /// no file. Returns whether `dir` is gone (a missing `dir` counts as gone).
 /// A folder that a file is written into meanwhile is left in place.
 pub(crate) fn remove_empty_tree(dir: &Path) -> io::Result<bool> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(true),
-        Err(e) => return Err(e),
+    let Some(entries) = read_dir_if_present(dir)? else {
+        return Ok(true);
     };
     let mut empty = true;
     for entry in entries {
@@ -182,10 +184,8 @@ pub(crate) fn remove_empty_tree(dir: &Path) -> io::Result<bool> {
 /// name `is_checkpoint` accepts) and returns how many went. A missing
 /// `job_root` has none.
 pub(crate) fn sweep(job_root: &Path, is_checkpoint: impl Fn(&str) -> bool) -> io::Result<usize> {
-    let entries = match std::fs::read_dir(job_root) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
+    let Some(entries) = read_dir_if_present(job_root)? else {
+        return Ok(0);
     };
     let mut removed = 0;
     for entry in entries {

@@ -123,16 +123,21 @@ impl StateStore {
         bytes: Bytes,
     ) -> Result<BlobRecord> {
         let path = self.blob_object(id, uid, subtask);
+        if let Some(folder) = &self.local_folder {
+            let file = crate::local_file(folder, path.parts());
+            let written =
+                off_task(move || local_write::write_small_blob(&file, &path, &bytes)).await?;
+            return Ok(BlobRecord {
+                bytes: written.bytes,
+                crc32: written.crc32,
+                ..self.blob_record(uid, subtask)
+            });
+        }
         let record = BlobRecord {
             bytes: bytes.len() as u64,
             crc32: blob::checksum(&bytes),
             ..self.blob_record(uid, subtask)
         };
-        if let Some(folder) = &self.local_folder {
-            let file = crate::local_file(folder, path.parts());
-            off_task(move || local_write::write_small_blob(&file, &path, &bytes)).await?;
-            return Ok(record);
-        }
         self.store
             .put(&path, PutPayload::from(bytes))
             .await
@@ -209,8 +214,9 @@ impl StateStore {
     pub async fn write_manifest(&self, manifest: &Manifest) -> Result<()> {
         let path = self.manifest_path(manifest.checkpoint);
         if let Some(folder) = &self.local_folder {
-            let folders = self.folders_to_sync(folder, manifest);
             let own = crate::local_file(folder, self.checkpoint_dir(manifest.checkpoint).parts());
+            let mut folders = folders_to_sync(&own, manifest);
+            folders.push(crate::local_file(folder, self.root.parts()));
             off_task(move || {
                 local_write::sync_folders(&folders)
                     .map_err(|e| folder_error("sync the folders of", &own, e))
@@ -228,34 +234,6 @@ impl StateStore {
             }),
             Err(e) => Err(Error::storage("write manifest", &path, e)),
         }
-    }
-
-    /// The local folders to sync before `manifest` is written: those its
-    /// new blobs changed (see [`local_folders::changed_by`]), then the
-    /// job's folder, which holds the checkpoint's.
-    fn folders_to_sync(
-        &self,
-        folder: &std::path::Path,
-        manifest: &Manifest,
-    ) -> Vec<std::path::PathBuf> {
-        let id = manifest.checkpoint;
-        let own = crate::local_file(folder, self.checkpoint_dir(id).parts());
-        let new_blobs = manifest
-            .blobs
-            .iter()
-            .filter(|b| b.written_in.is_none_or(|w| w == id))
-            .map(|b| b.path.as_str());
-        let mut folders: Vec<_> = local_folders::changed_by(new_blobs)
-            .iter()
-            .map(|relative| {
-                relative
-                    .split('/')
-                    .filter(|part| !part.is_empty())
-                    .fold(own.clone(), |dir, part| dir.join(part))
-            })
-            .collect();
-        folders.push(crate::local_file(folder, self.root.parts()));
-        folders
     }
 
     /// Reads and parses the manifest of checkpoint `id`.
@@ -563,6 +541,28 @@ fn folder_error(action: &str, path: &std::path::Path, e: std::io::Error) -> Erro
     }
 }
 
+/// The folders under `own`, checkpoint `manifest`'s local folder, to sync
+/// before the manifest is written: those its new blobs changed (see
+/// [`local_folders::changed_by`]). The job's folder, which holds `own`, is
+/// the caller's to add.
+fn folders_to_sync(own: &std::path::Path, manifest: &Manifest) -> Vec<std::path::PathBuf> {
+    let id = manifest.checkpoint;
+    let new_blobs = manifest
+        .blobs
+        .iter()
+        .filter(|b| b.written_in.is_none_or(|w| w == id))
+        .map(|b| b.path.as_str());
+    local_folders::changed_by(new_blobs)
+        .iter()
+        .map(|relative| {
+            relative
+                .split('/')
+                .filter(|part| !part.is_empty())
+                .fold(own.to_path_buf(), |dir, part| dir.join(part))
+        })
+        .collect()
+}
+
 fn parse_checkpoint_folder(name: &str) -> Option<CheckpointId> {
     name.strip_prefix("chk-")?.parse().ok().map(CheckpointId)
 }
@@ -673,15 +673,22 @@ mod tests {
         assert_eq!(complete, vec![CheckpointId(2)]);
     }
 
-    #[tokio::test]
-    async fn a_local_folder_lists_the_checkpoints_its_object_store_would() {
-        let dir = tempfile::tempdir().unwrap();
-        let location = crate::open_location(dir.path().to_str().unwrap()).unwrap();
+    /// A store on the local folder `dir`, and the same store reached only
+    /// through its object store, to compare what each finds.
+    fn local_and_through_its_object_store(dir: &std::path::Path) -> (StateStore, StateStore) {
+        let location = crate::open_location(dir.to_str().unwrap()).unwrap();
         let local = StateStore::new(&location, "job");
         let through_store = StateStore {
             local_folder: None,
             ..local.clone()
         };
+        (local, through_store)
+    }
+
+    #[tokio::test]
+    async fn a_local_folder_lists_the_checkpoints_its_object_store_would() {
+        let dir = tempfile::tempdir().unwrap();
+        let (local, through_store) = local_and_through_its_object_store(dir.path());
         let root = dir.path().join("job");
         let folder = |id: u64| root.join(format!("chk-{id:020}"));
         let touch = |path: std::path::PathBuf| {
@@ -717,12 +724,7 @@ mod tests {
     #[tokio::test]
     async fn a_local_folder_lists_the_epochs_its_object_store_would() {
         let dir = tempfile::tempdir().unwrap();
-        let location = crate::open_location(dir.path().to_str().unwrap()).unwrap();
-        let local = StateStore::new(&location, "job");
-        let through_store = StateStore {
-            local_folder: None,
-            ..local.clone()
-        };
+        let (local, through_store) = local_and_through_its_object_store(dir.path());
         assert_eq!(local.epochs().await.unwrap(), vec![]);
         for _ in 0..3 {
             local.claim_epoch().await.unwrap();
