@@ -12,8 +12,9 @@ are compared pair by pair.
 Each pair is A:B, two checkpoint intervals; B/A is reported per round, then
 the median, mean and standard deviation. Run an off:off pair beside the
 others: its spread is what the method cannot tell apart on this host (on
-the host of docs/benchmarks.md, thirty-first session, 0.5%, against 5-10%
-per round for runs one after the other).
+the host of docs/benchmarks.md, thirty-first session, a standard
+deviation of 0.5-1.8% per round, against 5-10% for runs one after the
+other).
 
 Two runs share the machine, so each gets about half of it and runs about
 twice as long as alone: an interval in time checkpoints about twice as
