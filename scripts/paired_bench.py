@@ -57,9 +57,17 @@ def pair(binary, args, a, b, first, work):
         shutil.rmtree(folder, ignore_errors=True)
         children[tag] = (spawn(binary, args, interval, folder), folder)
     results = {}
-    for tag, (child, folder) in children.items():
-        _, status, usage = os.wait4(child.pid, 0)
+    # Reaped as they end, so that each one's wall time is its own.
+    pending = {child.pid: tag for tag, (child, _) in children.items()}
+    while pending:
+        pid, status, usage = os.wait4(-1, 0)
+        tag = pending.pop(pid, None)
+        if tag is None:
+            continue
+        folder = children[tag][1]
         if status != 0:
+            for other in pending:
+                os.kill(other, 9)
             raise SystemExit(f"the {tag} run ({a if tag == 'a' else b}) failed ({status})")
         with open(os.path.join(folder, "summary.json")) as f:
             summary = json.load(f)
