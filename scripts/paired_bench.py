@@ -10,7 +10,8 @@ are compared pair by pair.
         [--rows 639000000] [--keys 1000000] [--parallelism 2]
 
 Each pair is A:B, two checkpoint intervals; B/A is reported per round, then
-the median, mean and standard deviation. Run an off:off pair beside the
+the median, mean and standard deviation. With --binary-b, B runs another
+build: 20s:20s then compares two builds at the same interval. Run an off:off pair beside the
 others: its spread is what the method cannot tell apart on this host (on
 the host of docs/benchmarks.md, thirty-first session, a standard
 deviation of 0.5-1.8% per round, against 5-10% for runs one after the
@@ -47,15 +48,16 @@ def spawn(binary, args, interval, folder):
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
-def pair(binary, args, a, b, first, work):
-    """Starts A and B together (`first` is spawned first) and waits for both."""
+def pair(binaries, args, a, b, first, work):
+    """Starts A and B together (`first` is spawned first), each with its
+    binary, and waits for both."""
     started = time.monotonic()
     order = [("a", a), ("b", b)] if first == "a" else [("b", b), ("a", a)]
     children = {}
     for tag, interval in order:
         folder = os.path.join(work, tag)
         shutil.rmtree(folder, ignore_errors=True)
-        children[tag] = (spawn(binary, args, interval, folder), folder)
+        children[tag] = (spawn(binaries[tag], args, interval, folder), folder)
     results = {}
     # Reaped as they end, so that each one's wall time is its own.
     pending = {child.pid: tag for tag, (child, _) in children.items()}
@@ -90,22 +92,26 @@ def main():
     p.add_argument("--keys", type=int, default=1_000_000)
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--binary", default=os.path.join(ROOT, "target/release/examples/backfill"))
+    p.add_argument("--binary-b", help="run B with this binary instead (two builds side by side: "
+                   "pairs such as 10s:10s then measure one build's cost against the other's)")
     args = p.parse_args()
+    binaries = {"a": args.binary, "b": args.binary_b or args.binary}
     pairs = []
     for spec in args.pairs.split(","):
         a, sep, b = spec.strip().partition(":")
         if not sep or not a or not b:
             raise SystemExit(f"--pairs: '{spec}' is not A:B, for example off:10s")
         pairs.append((a, b))
-    if not os.path.exists(args.binary):
-        raise SystemExit(f"{args.binary} is missing: cargo build --release --example backfill")
+    for binary in set(binaries.values()):
+        if not os.path.exists(binary):
+            raise SystemExit(f"{binary} is missing: cargo build --release --example backfill")
     work = tempfile.mkdtemp(prefix="paired-bench-")
     rows = []
     try:
         for a, b in pairs:
             ratios, per_checkpoint = [], []
             for r in range(args.rounds):
-                res = pair(args.binary, args, a, b, "a" if r % 2 == 0 else "b", work)
+                res = pair(binaries, args, a, b, "a" if r % 2 == 0 else "b", work)
                 ratio = res["b"]["cpu"] / res["a"]["cpu"]
                 ratios.append(ratio)
                 if res["b"]["checkpoints"]:

@@ -158,25 +158,6 @@ pub(crate) struct KeyRouting {
     pub groups: KeyGroups,
 }
 
-impl KeyRouting {
-    /// Appends to `owners` the downstream subtask of each row of the key
-    /// `columns` (in this routing's column order), as the edge would route it.
-    pub(crate) fn owners_into(
-        &self,
-        columns: &[&ArrayRef],
-        hashes: &mut Vec<u64>,
-        owners: &mut Vec<u16>,
-    ) -> Result<()> {
-        hash_columns(columns, hashes)?;
-        owners.extend(
-            hashes
-                .iter()
-                .map(|h| self.groups.owners[self.groups.group_of(*h) as usize]),
-        );
-        Ok(())
-    }
-}
-
 /// Whether `count` key groups can be spread over `parallelism` subtasks.
 pub fn check_key_groups(count: u32, parallelism: usize) -> Result<()> {
     if count == 0 || count > MAX_KEY_GROUPS {

@@ -136,6 +136,20 @@ impl AccumulatorTable {
         }
     }
 
+    /// Numbers the groups anew: row `order[i]` becomes row `i`. The rows
+    /// are gathered into new memory, each read independent of the others,
+    /// so the processor overlaps their cache misses. Swapping groups in
+    /// place, cycle by cycle, made each read wait for the one before: at
+    /// 1M groups that took about ten times as long.
+    pub fn renumber(&mut self, order: &[u32]) {
+        let width = 1usize << self.shift;
+        let mut words = Vec::with_capacity(self.words.len());
+        for &group in order {
+            words.extend_from_slice(&self.words[(group as usize) << self.shift..][..width]);
+        }
+        self.words = words;
+    }
+
     /// Sets accumulator `slot` of groups `0..` from `values`.
     pub fn set_column<T: Word>(&mut self, slot: usize, values: impl Iterator<Item = T>) {
         for (row, value) in self.words.chunks_exact_mut(1 << self.shift).zip(values) {
@@ -191,5 +205,19 @@ mod tests {
         changed.clear();
         table.changed_rows(usize::MAX, &mut changed);
         assert!(changed.is_empty(), "no group past the last one is new");
+    }
+
+    #[test]
+    fn renumbered_rows_move_whole() {
+        let mut table = AccumulatorTable::new(&[0, 0, 0]);
+        table.resize(4);
+        table.set_column(0, [10i64, 11, 12, 13].into_iter());
+        table.set_column(2, [20i64, 21, 22, 23].into_iter());
+        table.renumber(&[2, 3, 0, 1]);
+        let mut columns = vec![Vec::new(); 3];
+        table.columns_into(&mut columns);
+        assert_eq!(columns[0], vec![12, 13, 10, 11]);
+        assert_eq!(columns[1], vec![0; 4]);
+        assert_eq!(columns[2], vec![22, 23, 20, 21]);
     }
 }

@@ -11,7 +11,7 @@ use hashbrown::HashMap;
 
 use super::prefetch::{LOOKAHEAD, prefetch};
 use super::spare_columns::SpareColumns;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The direct table's largest size (16 MiB of slots).
 const DENSE_MAX_SLOTS: usize = 1 << 22;
@@ -256,6 +256,55 @@ impl GroupIndex {
     }
 }
 
+impl GroupIndex {
+    /// Numbers the groups anew: group `order[i]` becomes group `i`. The
+    /// keys are gathered in their new order (independent reads, which the
+    /// processor overlaps) and the lookup by key is pointed at the new
+    /// numbers; nothing is hashed or inserted again. `order` holds each
+    /// group number once.
+    pub fn renumber(&mut self, order: &[u32]) -> Result<()> {
+        let missing = || Error::Internal("a group's key is missing from the group index".into());
+        match self {
+            GroupIndex::Int64 {
+                dense,
+                map,
+                keys,
+                null_group,
+            } => {
+                // The null group takes a number but no place in `keys`.
+                let null = *null_group;
+                let place = |g: u32| g as usize - usize::from(null.is_some_and(|n| g > n));
+                let mut renumbered = Vec::with_capacity(keys.len());
+                let mut new_null = None;
+                for (new, &old) in order.iter().enumerate() {
+                    if Some(old) == null {
+                        new_null = Some(new as u32);
+                    } else {
+                        renumbered.push(keys[place(old)]);
+                    }
+                }
+                *keys = renumbered;
+                *null_group = new_null;
+                let groups = (0..order.len() as u32).filter(|g| Some(*g) != new_null);
+                for (group, key) in groups.zip(keys.iter()) {
+                    match usize::try_from(*key).ok().filter(|s| *s < dense.len()) {
+                        Some(slot) => dense[slot] = group + 1,
+                        None => *map.get_mut(key).ok_or_else(missing)? = group,
+                    }
+                }
+            }
+            GroupIndex::Rows { map, keys, .. } => {
+                let mut old = std::mem::take(keys);
+                keys.extend(order.iter().map(|g| std::mem::take(&mut old[*g as usize])));
+                for (group, key) in keys.iter().enumerate() {
+                    *map.get_mut(key).ok_or_else(missing)? = group as u32;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Grows the direct table so that it covers `key`, when the key is
 /// non-negative and the table stays dense enough; moves the map's keys that
 /// the grown table covers into it. Returns whether `key` now has a slot.
@@ -329,5 +378,47 @@ mod tests {
         assert_eq!(keys.value(1), 1 << 40);
         assert!(keys.is_null(3));
         assert_eq!(keys.value(5), 0);
+    }
+
+    #[test]
+    fn renumbered_groups_keep_their_keys_under_the_new_numbers() {
+        use arrow::array::{StringArray, UInt32Array};
+        // Direct, hashed, negative and null keys; then string keys.
+        let ints: ArrayRef = Arc::new(Int64Array::from(vec![
+            Some(3),
+            Some(1 << 40),
+            None,
+            Some(-5),
+            Some(70_000),
+            Some(0),
+        ]));
+        let strings: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("c"),
+            None,
+            Some("a"),
+            Some(""),
+            Some("b"),
+            Some("zz"),
+        ]));
+        for (keys, data_type) in [(ints, DataType::Int64), (strings, DataType::Utf8)] {
+            let mut index = GroupIndex::new(&[data_type]).unwrap();
+            let mut groups = Vec::new();
+            index
+                .assign(std::slice::from_ref(&keys), &mut groups)
+                .unwrap();
+            assert_eq!(groups, vec![0, 1, 2, 3, 4, 5]);
+            let order = [4, 2, 5, 0, 3, 1];
+            index.renumber(&order).unwrap();
+            // Each key now has the number of its place in `order`.
+            index
+                .assign(std::slice::from_ref(&keys), &mut groups)
+                .unwrap();
+            assert_eq!(groups, vec![3, 5, 1, 4, 0, 2], "{}", keys.data_type());
+            assert_eq!(index.len(), 6, "no group added");
+            let columns = index.key_columns(&mut SpareColumns::default()).unwrap();
+            let reordered =
+                arrow::compute::take(&keys, &UInt32Array::from(order.to_vec()), None).unwrap();
+            assert_eq!(&columns[0], &reordered);
+        }
     }
 }

@@ -31,13 +31,6 @@ impl SpareColumns {
         }
     }
 
-    /// Lets go of every vector kept, after a one-off output far larger than
-    /// the ones to come (the memory is not held for them).
-    pub fn release(&mut self) {
-        self.lent.clear();
-        self.free.clear();
-    }
-
     /// An empty vector with room for `len` words.
     pub fn take(&mut self, len: usize) -> Vec<u64> {
         let mut words = self.free.pop().unwrap_or_default();

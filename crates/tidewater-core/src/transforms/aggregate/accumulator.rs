@@ -150,6 +150,12 @@ where
         Arc::new(PrimitiveArray::<T>::new(values, nulls))
     }
 
+    /// Numbers the groups anew, as [`AccumulatorTable::renumber`] does.
+    pub(super) fn renumber(&mut self, order: &[u32]) {
+        self.seen = order.iter().map(|g| self.seen[*g as usize]).collect();
+        self.fresh_from = self.seen.len();
+    }
+
     pub(super) fn restore(&mut self, table: &mut AccumulatorTable, array: &ArrayRef) -> Result<()> {
         let array = array.as_primitive_opt::<T>().ok_or_else(|| {
             Error::Corrupt(format!(
@@ -395,6 +401,16 @@ impl Accumulator {
             Accumulator::CountRows(_) | Accumulator::CountValues(_) => true,
             Accumulator::Int(n) => n.seen[g as usize],
             Accumulator::Float(n) => n.seen[g as usize],
+        }
+    }
+
+    /// Numbers the groups anew (group `order[i]` becomes group `i`) in
+    /// what it keeps outside the table.
+    pub(super) fn renumber(&mut self, order: &[u32]) {
+        match self {
+            Accumulator::CountRows(_) | Accumulator::CountValues(_) => {}
+            Accumulator::Int(n) => n.renumber(order),
+            Accumulator::Float(n) => n.renumber(order),
         }
     }
 

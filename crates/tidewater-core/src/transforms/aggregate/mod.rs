@@ -10,6 +10,7 @@
 
 mod accumulator;
 mod operator;
+mod routing;
 mod spec;
 mod state;
 #[cfg(test)]

@@ -19,13 +19,9 @@ use super::spec::{AggregateExpr, AggregateFunction, AggregateSpec};
 use super::state::check_same_types;
 use crate::error::{Error, Result};
 use crate::operator::{Collector, Operator, StateChanges};
-use crate::partition::KeyRouting;
 
 /// Rows per batch emitted at the end of input.
 const OUTPUT_BATCH_ROWS: usize = 65_536;
-
-/// Groups whose downstream subtask is worked out in one go.
-const ROUTE_CHUNK: u32 = 65_536;
 
 /// Where the inputs sit in the incoming batches, fixed by the first batch.
 pub(super) struct Layout {
@@ -215,36 +211,6 @@ impl AggregateOperator {
             unseen
         };
         groups.accumulators.iter().map(unseen).collect()
-    }
-
-    /// Extends `owners`, the downstream subtask of each group in group
-    /// order under `routing`, to every group: only groups added since the
-    /// last call are hashed. `false` when `routing` does not partition by
-    /// this aggregation's keys.
-    pub(crate) fn owners_of_groups(
-        &mut self,
-        routing: &KeyRouting,
-        owners: &mut Vec<u16>,
-        hashes: &mut Vec<u64>,
-    ) -> Result<bool> {
-        if routing.columns != self.keys {
-            return Ok(false);
-        }
-        let Some(groups) = &self.groups else {
-            return Ok(true);
-        };
-        let count = groups.index.len() as u32;
-        let mut chunk = Vec::new();
-        // A chunk at a time, so that the keys and hashes stay small.
-        while (owners.len() as u32) < count {
-            let known = owners.len() as u32;
-            chunk.clear();
-            chunk.extend(known..count.min(known.saturating_add(ROUTE_CHUNK)));
-            let keys = groups.index.key_columns_of(&chunk, &mut self.spare)?;
-            let keys: Vec<&ArrayRef> = keys.iter().collect();
-            routing.owners_into(&keys, hashes, owners)?;
-        }
-        Ok(true)
     }
 
     /// The rows of `wanted`, put back to their identities as they are read.

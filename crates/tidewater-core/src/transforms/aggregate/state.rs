@@ -2,17 +2,13 @@
 //! aggregate), which is both the checkpoint and the output, and rebuilding
 //! the groups from it.
 
-use arrow::array::{ArrayRef, UInt32Array};
-use arrow::compute::take_record_batch;
 use arrow::datatypes::{DataType, Schema};
 use arrow::record_batch::RecordBatch;
 
 use super::accumulator::Accumulator;
 use super::operator::{AggregateOperator, Groups};
 use crate::error::{Error, Result};
-use crate::partition::{KeyRouting, hash_columns};
 use crate::transforms::group_index::GroupIndex;
-use crate::transforms::key_group_order::by_key_group;
 
 impl AggregateOperator {
     /// Every group as one batch: keys, then one column per aggregate.
@@ -55,51 +51,6 @@ impl AggregateOperator {
             columns.push(accumulator.to_array_of(spare.lend(words), wanted));
         }
         Ok(Some(RecordBatch::try_new(groups.schema.clone(), columns)?))
-    }
-
-    /// Numbers the groups anew in ascending order of their key groups
-    /// under `routing`, and writes each one's downstream subtask into
-    /// `owners` (see [`key_group_order`](crate::transforms::key_group_order)).
-    /// Only for a pre-aggregation that has not handed a group on under
-    /// its present numbering: the numbers it sent would mean other keys.
-    /// `false` (and nothing done) when `routing` does not partition by
-    /// this aggregation's keys.
-    pub(crate) fn renumber_by_key_group(
-        &mut self,
-        routing: &KeyRouting,
-        owners: &mut Vec<u16>,
-        hashes: &mut Vec<u64>,
-    ) -> Result<bool> {
-        debug_assert!(!self.merge && self.changed.is_none());
-        if routing.columns != self.keys {
-            return Ok(false);
-        }
-        let Some(state) = self.output()? else {
-            owners.clear();
-            return Ok(true);
-        };
-        let keys: Vec<&ArrayRef> = state.columns()[..self.keys.len()].iter().collect();
-        hash_columns(&keys, hashes)?;
-        let key_groups: Vec<u32> = hashes.iter().map(|h| routing.groups.group_of(*h)).collect();
-        let order = by_key_group(&key_groups, routing.groups.count());
-        // The copy in `state` is all there is of the groups from here on.
-        self.groups = None;
-        owners.clear();
-        owners.extend(
-            order
-                .iter()
-                .map(|row| routing.groups.owner_of_group(key_groups[*row as usize])),
-        );
-        let ordered = take_record_batch(&state, &UInt32Array::from(order))?;
-        drop(state);
-        // The copy of every group came from the spare memory, which holds
-        // pieces of a hand-on from now on: no need to keep it this large.
-        self.spare.release();
-        // The same schema as before: the input stays bound as it was.
-        let layout = self.layout.take();
-        self.restore_state(ordered)?;
-        self.layout = layout;
-        Ok(true)
     }
 
     /// Rebuilds the groups from a batch that [`output`](Self::output) made.
