@@ -236,12 +236,8 @@ impl GroupIndex {
                     let values = ScalarBuffer::new(spare.lend(words), 0, groups.len());
                     return Ok(vec![Arc::new(Int64Array::new(values, None))]);
                 }
-                // The null group takes a number but no place in `keys`.
-                let key = |g: u32| match *null_group {
-                    Some(null) if g == null => None,
-                    Some(null) if g > null => Some(keys[g as usize - 1]),
-                    _ => Some(keys[g as usize]),
-                };
+                let key =
+                    |g: u32| (Some(g) != *null_group).then(|| keys[key_place(g, *null_group)]);
                 let column: Int64Array = groups.iter().map(|g| key(*g)).collect();
                 Ok(vec![Arc::new(column)])
             }
@@ -271,16 +267,14 @@ impl GroupIndex {
                 keys,
                 null_group,
             } => {
-                // The null group takes a number but no place in `keys`.
                 let null = *null_group;
-                let place = |g: u32| g as usize - usize::from(null.is_some_and(|n| g > n));
                 let mut renumbered = Vec::with_capacity(keys.len());
                 let mut new_null = None;
                 for (new, &old) in order.iter().enumerate() {
                     if Some(old) == null {
                         new_null = Some(new as u32);
                     } else {
-                        renumbered.push(keys[place(old)]);
+                        renumbered.push(keys[key_place(old, null)]);
                     }
                 }
                 *keys = renumbered;
@@ -303,6 +297,12 @@ impl GroupIndex {
         }
         Ok(())
     }
+}
+
+/// Where non-null group `group`'s key sits in an Int64 index's `keys`: the
+/// null group takes a number but no place there.
+fn key_place(group: u32, null_group: Option<u32>) -> usize {
+    group as usize - usize::from(null_group.is_some_and(|null| group > null))
 }
 
 /// Grows the direct table so that it covers `key`, when the key is
