@@ -35,12 +35,26 @@ impl Word for f64 {
 }
 
 /// Every group's accumulator words; group `g`'s word for accumulator `slot`
-/// is `words[(g << shift) | slot]`.
+/// is `words[(row << shift) | slot]`, where `row` is `g` unless a
+/// renumbering is pending (see [`renumber`](AccumulatorTable::renumber)).
 pub(crate) struct AccumulatorTable {
     words: Vec<u64>,
     shift: u32,
     /// The words a new group starts with (each accumulator's identity).
     fresh_row: Vec<u64>,
+    /// A renumbering not applied to the rows yet.
+    pending: Option<Pending>,
+}
+
+/// A renumbering the rows have not followed yet: group `g`'s row is
+/// `order[g]`. Rows read with a reset are marked; once every row has been,
+/// all rows hold the identities, in any order, and the renumbering is done
+/// without moving a row.
+struct Pending {
+    order: Vec<u32>,
+    /// A bit per row: put back to the identities since the renumbering.
+    reset: Vec<u64>,
+    reset_count: usize,
 }
 
 impl AccumulatorTable {
@@ -53,6 +67,7 @@ impl AccumulatorTable {
             words: Vec::new(),
             shift: width.trailing_zeros(),
             fresh_row,
+            pending: None,
         }
     }
 
@@ -69,6 +84,9 @@ impl AccumulatorTable {
     /// Adds fresh groups until there are `groups`.
     pub fn resize(&mut self, groups: usize) {
         let have = self.groups();
+        if groups > have {
+            self.settle();
+        }
         if groups <= have {
             return;
         }
@@ -86,20 +104,27 @@ impl AccumulatorTable {
         let width = 1 << self.shift;
         let old = new_from.min(self.groups());
         let fresh = self.fresh_row.as_slice();
-        for (group, row) in self.words[..old << self.shift]
-            .chunks_exact(width)
-            .enumerate()
-        {
-            // Word by word, inlined: a slice comparison calls memcmp per row.
-            if !row.iter().zip(fresh).all(|(a, b)| a == b) {
-                into.push(group as u32);
+        // Word by word, inlined: a slice comparison calls memcmp per row.
+        let changed = |row: &[u64]| !row.iter().zip(fresh).all(|(a, b)| a == b);
+        match &self.pending {
+            None => {
+                let rows = self.words[..old << self.shift].chunks_exact(width);
+                into.extend(
+                    (0..)
+                        .zip(rows)
+                        .filter(|(_, row)| changed(row))
+                        .map(|(g, _)| g),
+                );
             }
+            Some(pending) => into
+                .extend((0..old as u32).filter(|g| changed(self.row(pending.order[*g as usize])))),
         }
         into.extend(old as u32..self.groups() as u32);
     }
 
     /// The words and the row shift, for the update loops.
     pub fn cells(&mut self) -> (&mut [u64], u32) {
+        self.settle();
         (&mut self.words, self.shift)
     }
 
@@ -110,10 +135,14 @@ impl AccumulatorTable {
         for column in columns.iter_mut() {
             column.reserve(groups);
         }
-        for row in self.words.chunks_exact(1 << self.shift) {
+        let mut push = |row: &[u64]| {
             for (column, word) in columns.iter_mut().zip(row) {
                 column.push(*word);
             }
+        };
+        match &self.pending {
+            None => self.words.chunks_exact(1 << self.shift).for_each(push),
+            Some(pending) => pending.order.iter().for_each(|r| push(self.row(*r))),
         }
     }
 
@@ -121,12 +150,46 @@ impl AccumulatorTable {
     /// `columns[slot]`; with `reset`, puts each row back to its
     /// accumulators' identities once read (one pass over the rows, not two).
     pub fn columns_of(&mut self, groups: &[u32], columns: &mut [Vec<u64>], reset: bool) {
-        let width = 1usize << self.shift;
         for column in columns.iter_mut() {
             column.reserve(groups.len());
         }
-        for &group in groups {
-            let row = &mut self.words[(group as usize) << self.shift..][..width];
+        match self.pending.take() {
+            None => self.read_rows(groups.iter().map(|g| *g as usize), columns, reset),
+            Some(mut pending) => {
+                let Pending {
+                    order,
+                    reset: marks,
+                    reset_count,
+                } = &mut pending;
+                let rows = groups.iter().map(|g| order[*g as usize] as usize);
+                self.read_rows(rows.clone(), columns, reset);
+                if reset {
+                    for row in rows {
+                        let (word, bit) = (row >> 6, 1u64 << (row & 63));
+                        *reset_count += usize::from(marks[word] & bit == 0);
+                        marks[word] |= bit;
+                    }
+                }
+                // Every row back at the identities: they are the same in
+                // any order, so the renumbering is done.
+                if *reset_count < self.groups() {
+                    self.pending = Some(pending);
+                }
+            }
+        }
+    }
+
+    /// Appends each of `rows` to `columns` (a column per slot), with
+    /// `reset` putting the row back to the identities once read.
+    fn read_rows(
+        &mut self,
+        rows: impl Iterator<Item = usize>,
+        columns: &mut [Vec<u64>],
+        reset: bool,
+    ) {
+        let width = 1usize << self.shift;
+        for row in rows {
+            let row = &mut self.words[row << self.shift..][..width];
             for (column, word) in columns.iter_mut().zip(row.iter()) {
                 column.push(*word);
             }
@@ -136,22 +199,48 @@ impl AccumulatorTable {
         }
     }
 
-    /// Numbers the groups anew: row `order[i]` becomes row `i`. The rows
-    /// are gathered into new memory, each read independent of the others,
-    /// so the processor overlaps their cache misses. Swapping groups in
-    /// place, cycle by cycle, made each read wait for the one before: at
-    /// 1M groups that took about ten times as long.
-    pub fn renumber(&mut self, order: &[u32]) {
-        let width = 1usize << self.shift;
+    /// The words of row `row`.
+    fn row(&self, row: u32) -> &[u64] {
+        &self.words[(row as usize) << self.shift..][..1 << self.shift]
+    }
+
+    /// Numbers the groups anew: row `order[i]` becomes row `i` (`order`
+    /// holds each group once).
+    ///
+    /// The rows do not move yet. A pre-aggregation renumbers just before
+    /// it reads every row out and resets it ([`columns_of`](Self::columns_of)),
+    /// which reads through `order`; after that every row holds the
+    /// identities and none has to move. Gathering the rows into new memory
+    /// here first cost a pass over the table and a table's worth of fresh
+    /// pages (which the kernel zeroes) per pre-aggregation, once a run.
+    /// Anything else that touches the rows first moves them (a gather:
+    /// independent reads, whose cache misses the processor overlaps;
+    /// swapping rows in place cycle by cycle was ten times slower).
+    pub fn renumber(&mut self, order: Vec<u32>) {
+        self.settle();
+        debug_assert_eq!(order.len(), self.groups());
+        self.pending = Some(Pending {
+            reset: vec![0; order.len().div_ceil(64)],
+            reset_count: 0,
+            order,
+        });
+    }
+
+    /// Moves the rows to where a pending renumbering puts them.
+    fn settle(&mut self) {
+        let Some(pending) = self.pending.take() else {
+            return;
+        };
         let mut words = Vec::with_capacity(self.words.len());
-        for &group in order {
-            words.extend_from_slice(&self.words[(group as usize) << self.shift..][..width]);
+        for &row in &pending.order {
+            words.extend_from_slice(self.row(row));
         }
         self.words = words;
     }
 
     /// Sets accumulator `slot` of groups `0..` from `values`.
     pub fn set_column<T: Word>(&mut self, slot: usize, values: impl Iterator<Item = T>) {
+        self.settle();
         for (row, value) in self.words.chunks_exact_mut(1 << self.shift).zip(values) {
             row[slot] = value.to_word();
         }
@@ -213,11 +302,58 @@ mod tests {
         table.resize(4);
         table.set_column(0, [10i64, 11, 12, 13].into_iter());
         table.set_column(2, [20i64, 21, 22, 23].into_iter());
-        table.renumber(&[2, 3, 0, 1]);
+        table.renumber(vec![2, 3, 0, 1]);
         let mut columns = vec![Vec::new(); 3];
         table.columns_into(&mut columns);
         assert_eq!(columns[0], vec![12, 13, 10, 11]);
         assert_eq!(columns[1], vec![0; 4]);
         assert_eq!(columns[2], vec![22, 23, 20, 21]);
+        // Moved before the rows are updated.
+        let (cells, shift) = table.cells();
+        cells[1 << shift] += 100; // group 1, first slot
+        let mut columns = vec![Vec::new(); 3];
+        table.columns_into(&mut columns);
+        assert_eq!(columns[0], vec![12, 113, 10, 11]);
+    }
+
+    #[test]
+    fn a_renumbering_is_read_through_until_the_rows_move_or_are_all_reset() {
+        let table = || {
+            let mut table = AccumulatorTable::new(&[0, 7]);
+            table.resize(4);
+            table.set_column(0, [10i64, 11, 12, 13].into_iter());
+            table.renumber(vec![3, 1, 0, 2]);
+            table
+        };
+        let read = |table: &mut AccumulatorTable, groups: &[u32], reset: bool| {
+            let mut columns = vec![Vec::new(); 2];
+            table.columns_of(groups, &mut columns, reset);
+            columns[0].clone()
+        };
+        let all = |table: &AccumulatorTable| {
+            let mut columns = vec![Vec::new(); 2];
+            table.columns_into(&mut columns);
+            (columns[0].clone(), columns[1].clone())
+        };
+        // Every group read with a reset (one twice): all at the
+        // identities, nothing left pending.
+        let mut whole = table();
+        assert_eq!(read(&mut whole, &[0, 2], true), vec![13, 10]);
+        assert_eq!(read(&mut whole, &[2, 1, 3], true), vec![0, 11, 12]);
+        assert!(whole.pending.is_none(), "every row reset");
+        assert_eq!(all(&whole), (vec![0; 4], vec![7; 4]));
+        // Some read with a reset, some without: the rest keep their words
+        // under the new numbers, read through and once moved.
+        let mut part = table();
+        assert_eq!(read(&mut part, &[1, 3], true), vec![11, 12]);
+        assert_eq!(read(&mut part, &[0, 1], false), vec![13, 0]);
+        assert!(part.pending.is_some(), "groups 0 and 2 not reset");
+        let mut changed = Vec::new();
+        part.changed_rows(4, &mut changed);
+        assert_eq!(changed, vec![0, 2], "read through the renumbering");
+        assert_eq!(all(&part), (vec![13, 0, 10, 0], vec![7; 4]));
+        part.resize(5); // moves the rows, then adds a group
+        assert!(part.pending.is_none());
+        assert_eq!(all(&part), (vec![13, 0, 10, 0, 0], vec![7; 5]));
     }
 }

@@ -1,5 +1,5 @@
 //! A stable counting sort of ids by a small bucket number: two passes over
-//! the ids, no comparisons. A pre-aggregation orders its groups by
+//! the ids (one when they are in order already), no comparisons. A pre-aggregation orders its groups by
 //! downstream subtask for each hand-on, and by key group once before its
 //! first; both order up to millions of groups into a few thousand buckets.
 
@@ -20,22 +20,66 @@ where
     I::IntoIter: Clone,
 {
     let ids = ids.into_iter();
+    let (starts, _) = bucket_starts(ids.clone(), buckets, &bucket_of);
+    place(ids, &starts, &bucket_of, into);
+    starts
+}
+
+/// Orders `ids` by `bucket_of(id)` in place, as [`sort_by_bucket`] does,
+/// and returns the buckets' starts. Ids already in bucket order stay where
+/// they are: one pass over them, no copy. A pre-aggregation's changed
+/// groups are, once it has numbered them in key group order and while no
+/// new ones come. `spare` is the room for a copy when they are not.
+pub(crate) fn order_by_bucket(
+    ids: &mut Vec<u32>,
+    buckets: usize,
+    bucket_of: impl Fn(u32) -> usize,
+    spare: &mut Vec<u32>,
+) -> Vec<usize> {
+    let (starts, in_order) = bucket_starts(ids.iter().copied(), buckets, &bucket_of);
+    if !in_order {
+        place(ids.iter().copied(), &starts, &bucket_of, spare);
+        std::mem::swap(ids, spare);
+    }
+    starts
+}
+
+/// Each bucket's start once `ids` are ordered by bucket, then the end, and
+/// whether they already are.
+fn bucket_starts(
+    ids: impl Iterator<Item = u32>,
+    buckets: usize,
+    bucket_of: impl Fn(u32) -> usize,
+) -> (Vec<usize>, bool) {
     let mut starts = vec![0usize; buckets + 1];
-    for id in ids.clone() {
-        starts[bucket_of(id) + 1] += 1;
+    let (mut last, mut in_order) = (0, true);
+    for id in ids {
+        let bucket = bucket_of(id);
+        in_order &= bucket >= last;
+        last = bucket;
+        starts[bucket + 1] += 1;
     }
     for b in 1..starts.len() {
         starts[b] += starts[b - 1];
     }
+    (starts, in_order)
+}
+
+/// Writes `ids` into `into` at their buckets' `starts`, in the order they come.
+fn place(
+    ids: impl Iterator<Item = u32>,
+    starts: &[usize],
+    bucket_of: impl Fn(u32) -> usize,
+    into: &mut Vec<u32>,
+) {
     into.clear();
-    into.resize(starts[buckets], 0);
-    let mut next = starts.clone();
+    into.resize(starts[starts.len() - 1], 0);
+    let mut next = starts.to_vec();
     for id in ids {
         let at = &mut next[bucket_of(id)];
         into[*at] = id;
         *at += 1;
     }
-    starts
 }
 
 #[cfg(test)]
@@ -52,7 +96,7 @@ mod tests {
             &'static [u32],
             &'static [usize],
         );
-        let cases: [Case; 5] = [
+        let cases: [Case; 7] = [
             (&[], &[], 3, &[], &[0, 0, 0, 0]),
             (&[0], &[0], 1, &[0], &[0, 1]),
             (
@@ -66,6 +110,16 @@ mod tests {
             (&[4, 2, 1], &[2, 0, 2, 1, 0], 3, &[4, 1, 2], &[0, 2, 2, 3]),
             // An empty bucket in the middle.
             (&[0, 1], &[2, 0, 2], 3, &[1, 0], &[0, 1, 1, 2]),
+            // Already in bucket order, with a bucket skipped.
+            (
+                &[1, 3, 0, 2],
+                &[2, 0, 2, 0],
+                3,
+                &[1, 3, 0, 2],
+                &[0, 2, 2, 4],
+            ),
+            // In order but for the last id.
+            (&[1, 0, 3], &[2, 0, 2, 0], 3, &[1, 3, 0], &[0, 2, 2, 3]),
         ];
         let mut into = vec![9, 9, 9, 9, 9, 9, 9];
         for (ids, bucket, buckets, ordered, starts) in cases {
@@ -79,6 +133,13 @@ mod tests {
                 (into.as_slice(), got.as_slice()),
                 (ordered, starts),
                 "{ids:?}"
+            );
+            let mut in_place = ids.to_vec();
+            let got = order_by_bucket(&mut in_place, buckets, |id| bucket[id as usize], &mut into);
+            assert_eq!(
+                (in_place.as_slice(), got.as_slice()),
+                (ordered, starts),
+                "{ids:?} in place"
             );
         }
     }

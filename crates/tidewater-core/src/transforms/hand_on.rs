@@ -8,7 +8,7 @@
 //! leave the others idle, and every upstream subtask would queue on the
 //! same one.
 
-use crate::transforms::counting_sort::sort_by_bucket;
+use crate::transforms::counting_sort::order_by_bucket;
 
 /// A run of the groups to hand on, all bound for one destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub(crate) struct HandOn {
     /// The groups to hand on, one run per destination.
     groups: Vec<u32>,
     /// Room to order `groups` by destination, kept across hand-ons.
-    ordered: Vec<u32>,
+    spare: Vec<u32>,
     runs: Vec<Run>,
     /// The run whose turn it is.
     turn: usize,
@@ -59,11 +59,11 @@ impl HandOn {
             });
             return;
         };
-        let starts = sort_by_bucket(
-            self.groups.iter().copied(),
+        let starts = order_by_bucket(
+            &mut self.groups,
             subtasks,
             |group| usize::from(owners[group as usize]),
-            &mut self.ordered,
+            &mut self.spare,
         );
         for subtask in 0..subtasks {
             if starts[subtask + 1] > starts[subtask] {
@@ -74,7 +74,6 @@ impl HandOn {
                 });
             }
         }
-        std::mem::swap(&mut self.groups, &mut self.ordered);
     }
 
     /// The next piece, at most `rows` groups bound for one destination,
