@@ -8,6 +8,8 @@
 //! a miss: measured on count/sum/max, the row-wise layout is what the
 //! hand-written loop in the benchmarks uses.
 
+use super::prefetch::{LOOKAHEAD, prefetch};
+
 /// A value an accumulator keeps in one 8-byte word.
 pub(crate) trait Word: Copy {
     /// The value's bits.
@@ -151,17 +153,16 @@ impl AccumulatorTable {
     /// accumulators' identities once read (one pass over the rows, not two).
     pub fn columns_of(&mut self, groups: &[u32], columns: &mut [Vec<u64>], reset: bool) {
         match self.pending.take() {
-            None => self.read_rows(groups.iter().map(|g| *g as usize), columns, reset),
+            None => self.read_rows(groups, None, columns, reset),
             Some(mut pending) => {
                 let Pending {
                     order,
                     reset: marks,
                     reset_count,
                 } = &mut pending;
-                let rows = groups.iter().map(|g| order[*g as usize] as usize);
-                self.read_rows(rows.clone(), columns, reset);
+                self.read_rows(groups, Some(order), columns, reset);
                 if reset {
-                    for row in rows {
+                    for row in groups.iter().map(|g| order[*g as usize] as usize) {
                         let (word, bit) = (row >> 6, 1u64 << (row & 63));
                         *reset_count += usize::from(marks[word] & bit == 0);
                         marks[word] |= bit;
@@ -176,20 +177,24 @@ impl AccumulatorTable {
         }
     }
 
-    /// Appends each of `rows` to `columns` (a column per slot), with
-    /// `reset` putting the row back to the identities once read.
+    /// Appends the rows of `groups` to `columns` (a column per slot), with
+    /// `reset` putting each row back to the identities once read. With
+    /// `order` (a pending renumbering), group `g`'s row is `order[g]`.
     ///
     /// The columns are sized first and written by index: pushing each
     /// word checked each column's capacity per row, which took about a
-    /// quarter longer (a hand-on's pieces, 1M rows of three slots).
+    /// quarter longer (a hand-on's pieces, 1M rows of three slots). Rows
+    /// read through `order` land at random in the table, so the row
+    /// [`LOOKAHEAD`] groups on is asked for early.
     fn read_rows(
         &mut self,
-        rows: impl ExactSizeIterator<Item = usize>,
+        groups: &[u32],
+        order: Option<&[u32]>,
         columns: &mut [Vec<u64>],
         reset: bool,
     ) {
         let width = 1usize << self.shift;
-        let count = rows.len();
+        let count = groups.len();
         let mut outs: Vec<&mut [u64]> = columns
             .iter_mut()
             .map(|column| {
@@ -198,8 +203,12 @@ impl AccumulatorTable {
                 &mut column[start..]
             })
             .collect();
-        for (i, row) in rows.enumerate() {
-            let row = &mut self.words[row << self.shift..][..width];
+        let row_of = |group: u32| order.map_or(group, |order| order[group as usize]) as usize;
+        for (i, group) in groups.iter().enumerate() {
+            if let (Some(_), Some(ahead)) = (order, groups.get(i + LOOKAHEAD)) {
+                prefetch(&self.words, row_of(*ahead) << self.shift);
+            }
+            let row = &mut self.words[row_of(*group) << self.shift..][..width];
             for (out, word) in outs.iter_mut().zip(row.iter()) {
                 out[i] = *word;
             }
