@@ -86,12 +86,10 @@ impl AccumulatorTable {
     /// Adds fresh groups until there are `groups`.
     pub fn resize(&mut self, groups: usize) {
         let have = self.groups();
-        if groups > have {
-            self.settle();
-        }
         if groups <= have {
             return;
         }
+        self.settle();
         self.words.reserve((groups - have) << self.shift);
         for _ in have..groups {
             self.words.extend_from_slice(&self.fresh_row);
@@ -183,7 +181,7 @@ impl AccumulatorTable {
     ///
     /// The columns are sized first and written by index: pushing each
     /// word checked each column's capacity per row, which took about a
-    /// quarter longer (a hand-on's pieces, 1M rows of three slots). Rows
+    /// third longer (a hand-on's pieces, 1M rows of three slots). Rows
     /// read through `order` land at random in the table, so the row
     /// [`LOOKAHEAD`] groups on is asked for early.
     fn read_rows(
@@ -223,8 +221,8 @@ impl AccumulatorTable {
         &self.words[(row as usize) << self.shift..][..1 << self.shift]
     }
 
-    /// Numbers the groups anew: row `order[i]` becomes row `i` (`order`
-    /// holds each group once).
+    /// Numbers the groups anew: group `order[i]` becomes group `i`
+    /// (`order` holds each group once).
     ///
     /// The rows do not move yet. A pre-aggregation renumbers just before
     /// it reads every row out and resets it ([`columns_of`](Self::columns_of)),

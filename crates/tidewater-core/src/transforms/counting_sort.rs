@@ -1,7 +1,8 @@
 //! A stable counting sort of ids by a small bucket number: two passes over
-//! the ids (one when they are in order already), no comparisons. A pre-aggregation orders its groups by
-//! downstream subtask for each hand-on, and by key group once before its
-//! first; both order up to millions of groups into a few thousand buckets.
+//! the ids (one when they are in order already), no comparisons. A
+//! pre-aggregation orders its groups by downstream subtask for each
+//! hand-on, and by key group once before its first; both order up to
+//! millions of groups into a few thousand buckets.
 
 /// Fills `into` with `ids` ordered by `bucket_of(id)` (each below
 /// `buckets`), ids of one bucket in the order they came, and returns each
