@@ -54,10 +54,14 @@ const MAX_BYTES: usize = 64 << 20;
 /// Rows per group below which a full table shows pre-aggregation does not pay.
 const MIN_ROWS_PER_GROUP: f64 = 2.0;
 
-/// Partial groups per batch handed on before a barrier: 512 KiB per 8-byte
+/// Partial groups per batch handed on before a barrier: 32 KiB per 8-byte
 /// column, so a table of 1M groups goes on in pieces that the channels
-/// hold a few of at a time, not in one copy of the table.
-const HAND_ON_ROWS: usize = 16_384;
+/// hold a few of at a time, not in one copy of the table. Measured at 1M
+/// keys, p = 2 and 1 s checkpoints (docs/benchmarks.md, thirty-fourth
+/// session): 4096 rows took about 0.5% less CPU than 16384, 65536 about
+/// 1.2% more, and 2048 the same as 4096. Why is a guess: a smaller piece
+/// (about 150 KB) is still in the caches when the merge reads it.
+const HAND_ON_ROWS: usize = 4_096;
 
 /// Groups from which a routed pre-aggregation numbers its groups anew in
 /// key group order before its first hand-on (see
