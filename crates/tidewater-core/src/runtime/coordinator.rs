@@ -272,7 +272,7 @@ impl Coordinator {
                                 }
                             }
                         }
-                        None => return Err(Error::Internal("every task dropped its event channel".into())),
+                        None => return Err(self.why_events_closed().await),
                     }
                 }
                 Some(joined) = self.tasks.join_next() => {
@@ -481,6 +481,18 @@ impl Coordinator {
         }
         best
     }
+
+    /// Every task dropped its event sender. A failing task drops its sender
+    /// just before its result reaches the join set, so the event channel can
+    /// close first: the error is the one a task failed with, and only when
+    /// none failed is it a bug.
+    async fn why_events_closed(&mut self) -> Error {
+        let closed = "every task dropped its event channel";
+        match self.root_cause(Error::Stopped(closed.into())).await {
+            cause if is_secondary(&cause) => Error::Internal(closed.into()),
+            cause => cause,
+        }
+    }
 }
 
 fn is_secondary(error: &Error) -> bool {
@@ -516,4 +528,97 @@ pub(crate) async fn commit_all(
         .emit();
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::mpsc::unbounded_channel;
+
+    /// A coordinator over `tasks`, which hold the only event sender.
+    fn coordinator(
+        tasks: JoinSet<Result<()>>,
+        events: UnboundedReceiver<Event>,
+        control: UnboundedSender<Control>,
+        cancel: watch::Receiver<Stop>,
+    ) -> Coordinator {
+        let location = crate::open_location("memory://state").unwrap();
+        Coordinator {
+            store: StateStore::new(&location, "job"),
+            epoch: Epoch(1),
+            fingerprint: String::new(),
+            operators: Vec::new(),
+            sinks: HashMap::new(),
+            controls: vec![control],
+            events,
+            tasks,
+            task_count: 1,
+            trigger: Trigger {
+                interval: None,
+                every_rows: None,
+            },
+            retain: 2,
+            key_groups: 4096,
+            next_id: CheckpointId(1),
+            rows_before_run: 0,
+            progress: Arc::new(Progress::new(0)),
+            cancel,
+            lease: None,
+            last_completed: None,
+            committing: None,
+            previous_blobs: None,
+            references: BTreeMap::new(),
+        }
+    }
+
+    /// A task that drops its event sender and only later returns `result`,
+    /// without yielding in between (as a task's future drops its sender on
+    /// its way out): the closed channel is seen before the task's result.
+    fn task_ending_late(
+        result: Result<()>,
+    ) -> (
+        JoinSet<Result<()>>,
+        UnboundedReceiver<Event>,
+        UnboundedSender<Control>,
+    ) {
+        let (events_tx, events) = unbounded_channel::<Event>();
+        let (control, mut controls) = unbounded_channel::<Control>();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async move {
+            drop(events_tx);
+            std::thread::sleep(Duration::from_millis(100));
+            controls.close();
+            result
+        });
+        (tasks, events, control)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_failing_after_its_events_closed_reports_its_own_error() {
+        let failure = Error::External {
+            message: "No space left on device".into(),
+            retryable: false,
+        };
+        let (tasks, events, control) = task_ending_late(Err(failure));
+        let (_keep, cancel) = watch::channel(Stop::No);
+        let error = match coordinator(tasks, events, control, cancel).run().await {
+            Err(error) => error,
+            Ok(_) => panic!("the run succeeded"),
+        };
+        assert!(
+            error.to_string().contains("No space left on device"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_closing_with_no_task_failed_is_an_internal_error() {
+        let (tasks, events, control) = task_ending_late(Ok(()));
+        let (_keep, cancel) = watch::channel(Stop::No);
+        let error = match coordinator(tasks, events, control, cancel).run().await {
+            Err(error) => error,
+            Ok(_) => panic!("the run succeeded"),
+        };
+        assert!(matches!(error, Error::Internal(_)), "{error}");
+    }
 }
