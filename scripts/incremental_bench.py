@@ -5,6 +5,7 @@ speed, then fed at a rate that updates about 1% of the keys per second,
 checkpointing every second, with and without incremental checkpoints.
 
     python3 scripts/incremental_bench.py [--keys 10000000] [--repeat 3] [--only off,...]
+        [--binary BUILD] [--binary-b OTHER_BUILD]
 
 Each round runs every configuration once (the order rotates per round).
 Per run: the bytes each checkpoint wrote (mean and median over the last
@@ -14,8 +15,11 @@ starts over with every 100), the process's CPU seconds
 (user + system from wait4, measured from outside) and peak memory. The
 checkpoint cost is the CPU a second over the same round's run without
 checkpoints, as a share of the machine (2 cores), sampled from /proc while
-the rate holds (from --window-start to 3 s before the end). Needs the
-release example: cargo build --release --example backfill
+the rate holds (from --window-start to 3 s before the end); each peak is
+also given against the same round's off. With --binary-b, every
+configuration but off runs with a second build too, in the same rounds,
+to compare two builds side by side. Needs the release example:
+cargo build --release --example backfill
 """
 import argparse
 import json
@@ -96,6 +100,8 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--only", help="comma-separated configurations to run (off is always run)")
     p.add_argument("--binary", default=os.path.join(ROOT, "target/release/examples/backfill"))
+    p.add_argument("--binary-b", help="a second build: every configuration but off also runs "
+                   "with it, in the same rounds, marked (B)")
     args = p.parse_args()
     configs = {
         "off": ["--checkpoint-interval", "off"],
@@ -111,12 +117,19 @@ def main():
         if unknown:
             raise SystemExit(f"--only: no configuration {sorted(unknown)}; there are {names}")
         names = [n for n in names if n in wanted]
+    binaries = {n: args.binary for n in names}
+    if args.binary_b:
+        for name in names[1:]:
+            configs[f"{name} (B)"] = configs[name]
+            binaries[f"{name} (B)"] = args.binary_b
+        names = list(binaries)
+        print(f"A: {args.binary}\nB: {args.binary_b}", flush=True)
     results = {n: [] for n in names}
     work = tempfile.mkdtemp(prefix="incremental-bench-")
     for r in range(args.repeat):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            res = run(args.binary, args, configs[name], os.path.join(work, "run"))
+            res = run(binaries[name], args, configs[name], os.path.join(work, "run"))
             results[name].append(res)
             mean = statistics.mean(res["bytes"]) if res["bytes"] else 0
             print(f"round {r + 1} {name}: wall {res['wall']:.1f} s, cpu {res['cpu']:.2f} s "
@@ -127,8 +140,9 @@ def main():
     print(f"\nkeys updated per checkpoint: at most {args.rate} ({updated / 1e6:.1f} MB logical); "
           f"whole state {args.keys} keys ({args.keys * ROW_BYTES / 1e6:.0f} MB logical)")
     print("| configuration | bytes/checkpoint, mean (median) | mean / updated keys' logical size "
-          "| CPU at the rate over off, share of 2 cores, per round | median | peak MiB |")
-    print("|---|---|---|---|---|---|")
+          "| CPU at the rate over off, share of 2 cores, per round | median | peak MiB "
+          "| peak of off, per round |")
+    print("|---|---|---|---|---|---|---|")
     for name in names:
         runs = results[name]
         all_bytes = [b for res in runs for b in res["bytes"]]
@@ -140,7 +154,10 @@ def main():
         share = ", ".join(f"{100 * s:+.2f}%" for s in shares) if name != "off" else "–"
         med = f"{100 * statistics.median(shares):+.2f}%" if name != "off" else "–"
         peak = ", ".join(f"{res['peak_mib']:.0f}" for res in runs)
-        print(f"| {name} | {b} | {ratio} | {share} | {med} | {peak} |")
+        of_off = (", ".join(f"{res['peak_mib'] / off['peak_mib']:.2f}x"
+                            for res, off in zip(runs, results["off"]))
+                  if name != "off" else "–")
+        print(f"| {name} | {b} | {ratio} | {share} | {med} | {peak} | {of_off} |")
     shutil.rmtree(work, ignore_errors=True)
 
 

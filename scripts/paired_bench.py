@@ -125,20 +125,33 @@ def main():
             rows.append((a, b, ratios, per_checkpoint))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print("\n| A:B | B/A CPU per round | median | mean ± sd | CPU per checkpoint, median |")
-    print("|---|---|---|---|---|")
+    print("\n| A:B | B's interval alone | B/A CPU per round | median | mean ± sd "
+          "| CPU per checkpoint, median |")
+    print("|---|---|---|---|---|---|")
     for a, b, ratios, per_checkpoint in rows:
         listed = ", ".join(f"{x:.3f}" for x in ratios)
         sd = statistics.stdev(ratios) if len(ratios) > 1 else 0.0
         each = (f"{1000 * statistics.median(per_checkpoint):.0f} ms"
                 if per_checkpoint else "–")
-        print(f"| {a}:{b} | {listed} | {statistics.median(ratios):.4f} | "
+        print(f"| {a}:{b} | {alone(b)} | {listed} | {statistics.median(ratios):.4f} | "
               f"{statistics.mean(ratios):.4f} ± {sd:.4f} | {each} |")
     # The misreading this guards against happened: off:1s pairs were once
     # read against a target for 1 s alone.
     print("\nEach run of a pair gets about half the machine and runs about twice as long,\n"
           "so an interval here checkpoints about as often per row as half that interval\n"
-          "in a run alone: read off:2s against a target for 1 s alone, off:20s for 10 s.")
+          "in a run alone: read each pair against the target for its interval alone.")
+
+
+def alone(interval):
+    """The interval alone that `interval` in a pair is about (half of it)."""
+    if interval == "off":
+        return "off"
+    for unit, ms in (("ms", 1), ("s", 1000), ("m", 60_000)):
+        number = interval[:-len(unit)]
+        if interval.endswith(unit) and number.replace(".", "", 1).isdigit():
+            half = float(number) * ms / 2
+            return f"≈ {half / 1000:g} s" if half >= 1000 else f"≈ {half:g} ms"
+    return "?"
 
 
 if __name__ == "__main__":
