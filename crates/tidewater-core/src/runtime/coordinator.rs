@@ -582,12 +582,13 @@ mod tests {
         UnboundedSender<Control>,
     ) {
         let (events_tx, events) = unbounded_channel::<Event>();
-        let (control, mut controls) = unbounded_channel::<Control>();
+        // The task holds the control receiver, as a source task does.
+        let (control, controls) = unbounded_channel::<Control>();
         let mut tasks = JoinSet::new();
         tasks.spawn(async move {
             drop(events_tx);
             std::thread::sleep(Duration::from_millis(100));
-            controls.close();
+            drop(controls);
             result
         });
         (tasks, events, control)
