@@ -276,9 +276,7 @@ impl Coordinator {
                     }
                 }
                 Some(joined) = self.tasks.join_next() => {
-                    let result = joined.map_err(|e| Error::Internal(format!("a task panicked: {e}")))
-                        .and_then(|r| r);
-                    if let Err(error) = result {
+                    if let Err(error) = task_result(joined) {
                         return Err(self.root_cause(error).await);
                     }
                 }
@@ -461,7 +459,7 @@ impl Coordinator {
 
     async fn join_tasks(&mut self) -> Result<()> {
         while let Some(joined) = self.tasks.join_next().await {
-            joined.map_err(|e| Error::Internal(format!("a task panicked: {e}")))??;
+            task_result(joined)?;
         }
         Ok(())
     }
@@ -472,7 +470,12 @@ impl Coordinator {
         self.tasks.abort_all();
         let mut best = first;
         while let Some(joined) = self.tasks.join_next().await {
-            if let Ok(Err(error)) = joined
+            // A task stopped by `abort_all` tells nothing; one that panicked
+            // does, as much as one that returned an error.
+            if matches!(&joined, Err(e) if e.is_cancelled()) {
+                continue;
+            }
+            if let Err(error) = task_result(joined)
                 && is_secondary(&best)
                 && !is_secondary(&error)
             {
@@ -493,6 +496,11 @@ impl Coordinator {
             cause => cause,
         }
     }
+}
+
+/// A joined task's outcome, with a panic as an internal error.
+fn task_result(joined: std::result::Result<Result<()>, tokio::task::JoinError>) -> Result<()> {
+    joined.map_err(|e| Error::Internal(format!("a task panicked: {e}")))?
 }
 
 fn is_secondary(error: &Error) -> bool {
@@ -608,6 +616,28 @@ mod tests {
         };
         assert!(
             error.to_string().contains("No space left on device"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_panicking_after_its_events_closed_reports_the_panic() {
+        let (events_tx, events) = unbounded_channel::<Event>();
+        let (control, controls) = unbounded_channel::<Control>();
+        let mut tasks = JoinSet::new();
+        tasks.spawn(async move {
+            drop(events_tx);
+            std::thread::sleep(Duration::from_millis(100));
+            drop(controls);
+            panic!("a bug in an operator");
+        });
+        let (_keep, cancel) = watch::channel(Stop::No);
+        let error = match coordinator(tasks, events, control, cancel).run().await {
+            Err(error) => error,
+            Ok(_) => panic!("the run succeeded"),
+        };
+        assert!(
+            error.to_string().contains("a bug in an operator"),
             "{error}"
         );
     }
