@@ -8,7 +8,7 @@
 #   bash scripts/bench.sh duckdb     # Parquet GROUP BY beside DuckDB (installs duckdb from PyPI)
 #   bash scripts/bench.sh cli        # the copy job as a spec beside the backfill example,
 #                                    # and beside itself with a dead-letter output
-#   bash scripts/bench.sh incremental # 10M keys, 1% updated a second: incremental against full (~17 min)
+#   bash scripts/bench.sh incremental # 10M keys, 1% updated a second: incremental against full (~17 min), then the memory each needs (root, ~10 min)
 #
 # Results go to bench-results/ (CSV, plots); docs/benchmarks.md quotes them.
 set -euo pipefail
@@ -75,4 +75,10 @@ if [[ $what == all || $what == incremental ]]; then
   mkdir -p "$out"
   # Two minutes a run: its window spans a whole default chain (a base every 100).
   python3 scripts/incremental_bench.py --repeat "${REPEAT:-2}" | tee "$out/incremental.txt"
+  # The memory a run needs, not what stays resident: cgroup limits, so root only.
+  if [[ $(id -u) == 0 ]]; then
+    python3 scripts/memory_floor.py --repeat "${REPEAT:-2}" | tee "$out/memory-floor.txt"
+  else
+    echo "memory_floor.py skipped: it sets cgroup memory limits, which needs root"
+  fi
 fi

@@ -35,20 +35,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROW_BYTES = 32
 
 
-def run(binary, args, config, work):
+def command(binary, args, config, work):
+    """The backfill run of this workload in a fresh `work` folder, with its
+    summary file; `args` has keys, warmup_rows, rate and seconds."""
     if os.path.exists(work):
         shutil.rmtree(work)
     os.makedirs(work)
     summary = os.path.join(work, "summary.json")
-    command = [
+    return [
         binary, "--mode", "aggregate", "--keys", str(args.keys),
         "--rows", str(args.warmup_rows + args.rate * args.seconds),
         "--rows-per-second", str(args.rate), "--throttle-after-rows", str(args.warmup_rows),
         "--parallelism", "2", "--state", os.path.join(work, "state"),
         "--out", os.path.join(work, "out"), "--summary-json", summary,
-    ] + config
+    ] + config, summary
+
+
+def run(binary, args, config, work):
+    command_line, summary = command(binary, args, config, work)
     started = time.monotonic()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen(command_line, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     # The process's CPU seconds over time, read from outside, to measure
     # the rate phase alone (the build-up's CPU varies more than the cost).
     samples = []
@@ -68,7 +74,7 @@ def run(binary, args, config, work):
     wall = time.monotonic() - started
     child.returncode = status
     if status != 0:
-        raise SystemExit(f"{' '.join(command)} failed ({status})")
+        raise SystemExit(f"{' '.join(command_line)} failed ({status})")
     with open(summary) as f:
         s = json.load(f)
     shutil.rmtree(work)
@@ -88,28 +94,37 @@ def run(binary, args, config, work):
     }
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+# The configurations compared, by name: the backfill's flags.
+CONFIGS = {
+    "off": ["--checkpoint-interval", "off"],
+    "1s full": ["--checkpoint-interval", "1s"],
+    "1s incremental": ["--checkpoint-interval", "1s", "--incremental"],
+    "1s incremental (base every 20)": [
+        "--checkpoint-interval", "1s", "--incremental", "--full-checkpoint-every", "20"],
+}
+
+
+def workload_arguments(p, seconds):
+    """The workload's options, which `command` reads, and the two builds'."""
     p.add_argument("--keys", type=int, default=10_000_000)
     p.add_argument("--warmup-rows", type=int, default=100_000_000)
     p.add_argument("--rate", type=int, default=100_000, help="rows/s after the build-up")
-    p.add_argument("--seconds", type=int, default=115, help="seconds at that rate")
-    p.add_argument("--tail", type=int, default=100, help="checkpoints measured, the last ones")
-    p.add_argument("--window-start", type=float, default=15.0,
-                   help="seconds into a run where the CPU measurement starts")
+    p.add_argument("--seconds", type=int, default=seconds, help="seconds at that rate")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--only", help="comma-separated configurations to run (off is always run)")
     p.add_argument("--binary", default=os.path.join(ROOT, "target/release/examples/backfill"))
     p.add_argument("--binary-b", help="a second build: every configuration but off also runs "
                    "with it, in the same rounds, marked (B)")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    workload_arguments(p, seconds=115)
+    p.add_argument("--tail", type=int, default=100, help="checkpoints measured, the last ones")
+    p.add_argument("--window-start", type=float, default=15.0,
+                   help="seconds into a run where the CPU measurement starts")
+    p.add_argument("--only", help="comma-separated configurations to run (off is always run)")
     args = p.parse_args()
-    configs = {
-        "off": ["--checkpoint-interval", "off"],
-        "1s full": ["--checkpoint-interval", "1s"],
-        "1s incremental": ["--checkpoint-interval", "1s", "--incremental"],
-        "1s incremental (base every 20)": [
-            "--checkpoint-interval", "1s", "--incremental", "--full-checkpoint-every", "20"],
-    }
+    configs = dict(CONFIGS)
     names = list(configs)
     if args.only:
         wanted = {"off"} | {n.strip() for n in args.only.split(",")}
@@ -117,19 +132,20 @@ def main():
         if unknown:
             raise SystemExit(f"--only: no configuration {sorted(unknown)}; there are {names}")
         names = [n for n in names if n in wanted]
-    binaries = {n: args.binary for n in names}
+    # What each named run starts: its build and its flags.
+    runs = {n: (args.binary, configs[n]) for n in names}
     if args.binary_b:
         for name in names[1:]:
-            configs[f"{name} (B)"] = configs[name]
-            binaries[f"{name} (B)"] = args.binary_b
-        names = list(binaries)
+            runs[f"{name} (B)"] = (args.binary_b, configs[name])
+        names = list(runs)
         print(f"A: {args.binary}\nB: {args.binary_b}", flush=True)
     results = {n: [] for n in names}
     work = tempfile.mkdtemp(prefix="incremental-bench-")
     for r in range(args.repeat):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            res = run(binaries[name], args, configs[name], os.path.join(work, "run"))
+            binary, flags = runs[name]
+            res = run(binary, args, flags, os.path.join(work, "run"))
             results[name].append(res)
             mean = statistics.mean(res["bytes"]) if res["bytes"] else 0
             print(f"round {r + 1} {name}: wall {res['wall']:.1f} s, cpu {res['cpu']:.2f} s "

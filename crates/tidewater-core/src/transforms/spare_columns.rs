@@ -31,11 +31,18 @@ impl SpareColumns {
         }
     }
 
-    /// An empty vector with room for `len` words.
+    /// An empty vector with room for `len` words: a kept one if it fits,
+    /// else a fresh one. A kept vector too small is let go of first: growing
+    /// it would copy its old capacity, empty as it is, while holding both,
+    /// and growth by doubling would keep up to twice the state. Its
+    /// replacement has an eighth more room, so that a state growing a
+    /// little does not need fresh memory at every snapshot.
     pub fn take(&mut self, len: usize) -> Vec<u64> {
-        let mut words = self.free.pop().unwrap_or_default();
-        words.reserve(len);
-        words
+        match self.free.pop() {
+            Some(words) if words.capacity() >= len => words,
+            Some(_) => Vec::with_capacity(len + len / 8),
+            None => Vec::with_capacity(len),
+        }
     }
 
     /// `words` as a buffer for an output column, remembered so that a later
@@ -77,5 +84,20 @@ mod tests {
         let again = spare.take(10);
         assert_eq!(again.as_ptr().cast::<u8>(), address);
         assert!(again.is_empty() && again.capacity() >= 1000);
+    }
+
+    #[test]
+    fn a_kept_vector_too_small_is_replaced_not_grown() {
+        let mut spare = SpareColumns::default();
+        let output = spare.lend(vec![1u64; 100]);
+        drop(output);
+        spare.reclaim();
+        let words = spare.take(800);
+        assert_eq!(
+            words.capacity(),
+            900,
+            "the length and an eighth, not double"
+        );
+        assert_eq!(spare.take(50).capacity(), 50, "the small one is not kept");
     }
 }
