@@ -101,7 +101,8 @@ def main():
         names = list(runs)
         print(f"A: {args.binary}\nB: {args.binary_b}", flush=True)
     cgroup = Cgroup(f"tidewater-memory-floor-{os.getpid()}")
-    work = os.path.join(tempfile.mkdtemp(prefix="memory-floor-"), "run")
+    scratch = tempfile.mkdtemp(prefix="memory-floor-")
+    work = os.path.join(scratch, "run")
     floors = {n: [] for n in names}
     for r in range(args.repeat):
         for name in names[r % len(names):] + names[:r % len(names)]:
@@ -110,6 +111,7 @@ def main():
             floors[name].append(mib)
             print(f"round {r + 1} {name}: completes under {mib} MiB", flush=True)
     os.rmdir(cgroup.path)
+    os.rmdir(scratch)
     print(f"\nleast limit a run completes under (MiB, to {args.resolution_mib}), per round")
     print("| configuration | per round | of off, per round |")
     print("|---|---|---|")
