@@ -579,16 +579,13 @@ mod tests {
         }
     }
 
-    /// A task that drops its event sender and only later returns `result`,
-    /// without yielding in between (as a task's future drops its sender on
-    /// its way out): the closed channel is seen before the task's result.
-    fn task_ending_late(
-        result: Result<()>,
-    ) -> (
-        JoinSet<Result<()>>,
-        UnboundedReceiver<Event>,
-        UnboundedSender<Control>,
-    ) {
+    /// Runs a coordinator over one task that drops its event sender and only
+    /// later ends with `ending` (a result, or a panic), without yielding in
+    /// between, as a task's future drops its sender on its way out: the
+    /// closed channel is seen before the task's end. The run's error.
+    async fn error_of_a_task_ending_late(
+        ending: impl FnOnce() -> Result<()> + Send + 'static,
+    ) -> Error {
         let (events_tx, events) = unbounded_channel::<Event>();
         // The task holds the control receiver, as a source task does.
         let (control, controls) = unbounded_channel::<Control>();
@@ -597,23 +594,24 @@ mod tests {
             drop(events_tx);
             std::thread::sleep(Duration::from_millis(100));
             drop(controls);
-            result
+            ending()
         });
-        (tasks, events, control)
+        let (_keep, cancel) = watch::channel(Stop::No);
+        match coordinator(tasks, events, control, cancel).run().await {
+            Err(error) => error,
+            Ok(_) => panic!("the run succeeded"),
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_failing_after_its_events_closed_reports_its_own_error() {
-        let failure = Error::External {
-            message: "No space left on device".into(),
-            retryable: false,
-        };
-        let (tasks, events, control) = task_ending_late(Err(failure));
-        let (_keep, cancel) = watch::channel(Stop::No);
-        let error = match coordinator(tasks, events, control, cancel).run().await {
-            Err(error) => error,
-            Ok(_) => panic!("the run succeeded"),
-        };
+        let error = error_of_a_task_ending_late(|| {
+            Err(Error::External {
+                message: "No space left on device".into(),
+                retryable: false,
+            })
+        })
+        .await;
         assert!(
             error.to_string().contains("No space left on device"),
             "{error}"
@@ -622,20 +620,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_task_panicking_after_its_events_closed_reports_the_panic() {
-        let (events_tx, events) = unbounded_channel::<Event>();
-        let (control, controls) = unbounded_channel::<Control>();
-        let mut tasks = JoinSet::new();
-        tasks.spawn(async move {
-            drop(events_tx);
-            std::thread::sleep(Duration::from_millis(100));
-            drop(controls);
-            panic!("a bug in an operator");
-        });
-        let (_keep, cancel) = watch::channel(Stop::No);
-        let error = match coordinator(tasks, events, control, cancel).run().await {
-            Err(error) => error,
-            Ok(_) => panic!("the run succeeded"),
-        };
+        let error = error_of_a_task_ending_late(|| panic!("a bug in an operator")).await;
         assert!(
             error.to_string().contains("a bug in an operator"),
             "{error}"
@@ -644,12 +629,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn events_closing_with_no_task_failed_is_an_internal_error() {
-        let (tasks, events, control) = task_ending_late(Ok(()));
-        let (_keep, cancel) = watch::channel(Stop::No);
-        let error = match coordinator(tasks, events, control, cancel).run().await {
-            Err(error) => error,
-            Ok(_) => panic!("the run succeeded"),
-        };
+        let error = error_of_a_task_ending_late(|| Ok(())).await;
         assert!(matches!(error, Error::Internal(_)), "{error}");
     }
 }
