@@ -36,6 +36,16 @@ class Cgroup:
             self.path, self.limit_file = os.path.join(v1, name), "memory.limit_in_bytes"
         elif "memory" in open("/sys/fs/cgroup/cgroup.controllers").read().split():
             self.path, self.limit_file = os.path.join("/sys/fs/cgroup", name), "memory.max"
+            # A v2 child has memory.max only where its parent hands the
+            # controller down.
+            control = "/sys/fs/cgroup/cgroup.subtree_control"
+            if "memory" not in open(control).read().split():
+                try:
+                    with open(control, "w") as f:
+                        f.write("+memory")
+                except OSError as e:
+                    raise SystemExit(f"cannot enable the memory controller for child "
+                                     f"cgroups ({control}: {e}): run as root on the host")
         else:
             raise SystemExit("no cgroup memory controller: mount it, or run where it is")
         os.makedirs(self.path, exist_ok=True)
