@@ -116,6 +116,35 @@ def workload_arguments(p, seconds):
                    "with it, in the same rounds, marked (B)")
 
 
+def chosen(only):
+    """The configurations `only` names (comma-separated; all when empty),
+    in CONFIGS order, off always among them."""
+    names = list(CONFIGS)
+    if not only:
+        return names
+    wanted = {"off"} | {n.strip() for n in only.split(",")}
+    unknown = wanted - set(CONFIGS)
+    if unknown:
+        raise SystemExit(f"--only: no configuration {sorted(unknown)}; there are {names}")
+    return [n for n in names if n in wanted]
+
+
+def runs_of(names, args):
+    """What each named run starts, its build and its flags: `names` with
+    --binary, and with --binary-b every one but off again, marked (B)."""
+    runs = {n: (args.binary, CONFIGS[n]) for n in names}
+    if args.binary_b:
+        runs.update({f"{n} (B)": (args.binary_b, CONFIGS[n]) for n in names if n != "off"})
+        print(f"A: {args.binary}\nB: {args.binary_b}", flush=True)
+    return runs
+
+
+def rotated(names, r):
+    """The order of round `r`: each run starts the rounds in turn."""
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     workload_arguments(p, seconds=115)
@@ -124,26 +153,12 @@ def main():
                    help="seconds into a run where the CPU measurement starts")
     p.add_argument("--only", help="comma-separated configurations to run (off is always run)")
     args = p.parse_args()
-    configs = dict(CONFIGS)
-    names = list(configs)
-    if args.only:
-        wanted = {"off"} | {n.strip() for n in args.only.split(",")}
-        unknown = wanted - set(configs)
-        if unknown:
-            raise SystemExit(f"--only: no configuration {sorted(unknown)}; there are {names}")
-        names = [n for n in names if n in wanted]
-    # What each named run starts: its build and its flags.
-    runs = {n: (args.binary, configs[n]) for n in names}
-    if args.binary_b:
-        for name in names[1:]:
-            runs[f"{name} (B)"] = (args.binary_b, configs[name])
-        names = list(runs)
-        print(f"A: {args.binary}\nB: {args.binary_b}", flush=True)
+    runs = runs_of(chosen(args.only), args)
+    names = list(runs)
     results = {n: [] for n in names}
     work = tempfile.mkdtemp(prefix="incremental-bench-")
     for r in range(args.repeat):
-        order = names[r % len(names):] + names[:r % len(names)]
-        for name in order:
+        for name in rotated(names, r):
             binary, flags = runs[name]
             res = run(binary, args, flags, os.path.join(work, "run"))
             results[name].append(res)

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import tempfile
 
-from incremental_bench import CONFIGS, command, workload_arguments
+from incremental_bench import chosen, command, rotated, runs_of, workload_arguments
 
 
 class Cgroup:
@@ -100,22 +100,14 @@ def main():
     p.add_argument("--high-mib", type=int, default=1536, help="a limit every run completes under")
     p.add_argument("--resolution-mib", type=int, default=16)
     args = p.parse_args()
-    names = ["off"] + [n.strip() for n in args.only.split(",") if n.strip() != "off"]
-    unknown = set(names) - set(CONFIGS)
-    if unknown:
-        raise SystemExit(f"--only: no configuration {sorted(unknown)}; there are {list(CONFIGS)}")
-    # What each named run starts: its build and its flags.
-    runs = {n: (args.binary, CONFIGS[n]) for n in names}
-    if args.binary_b:
-        runs.update({f"{n} (B)": (args.binary_b, CONFIGS[n]) for n in names[1:]})
-        names = list(runs)
-        print(f"A: {args.binary}\nB: {args.binary_b}", flush=True)
+    runs = runs_of(chosen(args.only), args)
+    names = list(runs)
     cgroup = Cgroup(f"tidewater-memory-floor-{os.getpid()}")
     scratch = tempfile.mkdtemp(prefix="memory-floor-")
     work = os.path.join(scratch, "run")
     floors = {n: [] for n in names}
     for r in range(args.repeat):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in rotated(names, r):
             binary, flags = runs[name]
             mib = floor(cgroup, binary, args, flags, work)
             floors[name].append(mib)
