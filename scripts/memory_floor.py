@@ -106,14 +106,17 @@ def main():
     scratch = tempfile.mkdtemp(prefix="memory-floor-")
     work = os.path.join(scratch, "run")
     floors = {n: [] for n in names}
-    for r in range(args.repeat):
-        for name in rotated(names, r):
-            binary, flags = runs[name]
-            mib = floor(cgroup, binary, args, flags, work)
-            floors[name].append(mib)
-            print(f"round {r + 1} {name}: completes under {mib} MiB", flush=True)
-    os.rmdir(cgroup.path)
-    os.rmdir(scratch)
+    try:
+        for r in range(args.repeat):
+            for name in rotated(names, r):
+                binary, flags = runs[name]
+                mib = floor(cgroup, binary, args, flags, work)
+                floors[name].append(mib)
+                print(f"round {r + 1} {name}: completes under {mib} MiB", flush=True)
+    finally:
+        # Also when a run fails or is interrupted: its process has ended.
+        os.rmdir(cgroup.path)
+        shutil.rmtree(scratch, ignore_errors=True)
     print(f"\nleast limit a run completes under (MiB, to {args.resolution_mib}), per round")
     print("| configuration | per round | of off, per round |")
     print("|---|---|---|")
