@@ -23,7 +23,9 @@ fi
 source scripts/lib.sh
 bin="$(tidewater_binary)"
 scratch_with_cleanup
-port="${TIDEWATER_API_CHECK_PORT:-54371}"
+# Below the kernel's ephemeral range (32768-60999 here): no client
+# connection of the steps before can hold it when the server binds.
+port="${TIDEWATER_API_CHECK_PORT:-31371}"
 
 (cd "$work" && exec "$bin" serve --store "sqlite://$work/jobs.sqlite" \
   --http "127.0.0.1:$port") >"$work/serve.log" 2>&1 &
