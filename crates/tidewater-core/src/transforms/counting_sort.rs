@@ -28,9 +28,10 @@ where
 
 /// Orders `ids` by `bucket_of(id)` in place, as [`sort_by_bucket`] does,
 /// and returns the buckets' starts. Ids already in bucket order stay where
-/// they are: one pass over them, no copy. A pre-aggregation's changed
-/// groups are, once it has numbered them in key group order and while no
-/// new ones come. `spare` is the room for a copy when they are not.
+/// they are: one pass over them, no copy. A hand-on orders here the
+/// groups not numbered in key group order (see
+/// [`HandOn::start`](super::hand_on::HandOn::start)). `spare` is the room
+/// for a copy when they are not in order.
 pub(crate) fn order_by_bucket(
     ids: &mut Vec<u32>,
     buckets: usize,

@@ -13,6 +13,8 @@ use crate::transforms::counting_sort::order_by_bucket;
 /// A run of the groups to hand on, all bound for one destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
+    /// Whether the run is in the groups that came after the ordered ones.
+    tail: bool,
     /// The next group of the run not yet handed on, and the run's end.
     next: usize,
     end: usize,
@@ -20,12 +22,28 @@ struct Run {
     to: Option<usize>,
 }
 
+/// Where each group goes: its downstream subtask, by group number.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Owners<'a> {
+    /// Each group's downstream subtask.
+    pub of: &'a [u16],
+    /// The number of downstream subtasks.
+    pub subtasks: usize,
+    /// Groups below this number have non-decreasing subtasks (numbered in
+    /// key group order); 0 when none are known to.
+    pub ordered_below: u32,
+}
+
 /// A hand-on under way (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct HandOn {
-    /// The groups to hand on, one run per destination.
+    /// The groups to hand on below [`Owners::ordered_below`], or all of
+    /// them when unrouted: a run per destination, found without sorting.
     groups: Vec<u32>,
-    /// Room to order `groups` by destination, kept across hand-ons.
+    /// The groups from [`Owners::ordered_below`] on, sorted by
+    /// destination: after a renumbering, only the few keys that came later.
+    tail: Vec<u32>,
+    /// Room to order `tail` by destination, kept across hand-ons.
     spare: Vec<u32>,
     runs: Vec<Run>,
     /// The run whose turn it is.
@@ -39,40 +57,57 @@ impl HandOn {
     }
 
     /// Starts a hand-on of the groups `fill` appends (ascending). With
-    /// `owners` (each group's downstream subtask) and the subtask count,
-    /// the groups are ordered by subtask, stably, so that each run reads
-    /// its groups in ascending order.
-    pub(crate) fn start(
-        &mut self,
-        fill: impl FnOnce(&mut Vec<u32>),
-        owners: Option<(&[u16], usize)>,
-    ) {
+    /// `owners`, each run holds one subtask's groups, in ascending order:
+    /// those below [`Owners::ordered_below`] are found by binary search (a
+    /// hand-on of a million groups then neither scans nor copies them),
+    /// the others are sorted by subtask, stably.
+    pub(crate) fn start(&mut self, fill: impl FnOnce(&mut Vec<u32>), owners: Option<Owners<'_>>) {
         self.groups.clear();
+        self.tail.clear();
         self.runs.clear();
         self.turn = 0;
         fill(&mut self.groups);
-        let Some((owners, subtasks)) = owners else {
+        let Some(owners) = owners else {
             self.runs.push(Run {
+                tail: false,
                 next: 0,
                 end: self.groups.len(),
                 to: None,
             });
             return;
         };
-        let starts = order_by_bucket(
-            &mut self.groups,
-            subtasks,
-            |group| usize::from(owners[group as usize]),
-            &mut self.spare,
+        let owner = |group: u32| usize::from(owners.of[group as usize]);
+        let ordered = self.groups.partition_point(|g| *g < owners.ordered_below);
+        let mut from = 0;
+        for subtask in 0..owners.subtasks {
+            let end = from + self.groups[from..ordered].partition_point(|g| owner(*g) <= subtask);
+            self.push_run(false, from, end, subtask);
+            from = end;
+        }
+        debug_assert_eq!(
+            from, ordered,
+            "groups below ordered_below out of subtask order"
         );
-        for subtask in 0..subtasks {
-            if starts[subtask + 1] > starts[subtask] {
-                self.runs.push(Run {
-                    next: starts[subtask],
-                    end: starts[subtask + 1],
-                    to: Some(subtask),
-                });
-            }
+        if ordered == 0 {
+            std::mem::swap(&mut self.groups, &mut self.tail);
+        } else {
+            self.tail.extend_from_slice(&self.groups[ordered..]);
+            self.groups.truncate(ordered);
+        }
+        let starts = order_by_bucket(&mut self.tail, owners.subtasks, owner, &mut self.spare);
+        for subtask in 0..owners.subtasks {
+            self.push_run(true, starts[subtask], starts[subtask + 1], subtask);
+        }
+    }
+
+    fn push_run(&mut self, tail: bool, next: usize, end: usize, subtask: usize) {
+        if end > next {
+            self.runs.push(Run {
+                tail,
+                next,
+                end,
+                to: Some(subtask),
+            });
         }
     }
 
@@ -87,7 +122,8 @@ impl HandOn {
         let run = &mut self.runs[i];
         let from = run.next;
         run.next = (from + rows.max(1)).min(run.end);
-        Some((&self.groups[from..run.next], run.to))
+        let groups = if run.tail { &self.tail } else { &self.groups };
+        Some((&groups[from..run.next], run.to))
     }
 }
 
@@ -97,10 +133,10 @@ mod tests {
 
     /// A piece's groups and destination.
     type Piece = (Vec<u32>, Option<usize>);
-    /// Each group's subtask, and the subtask count.
-    type Owners<'a> = Option<(&'a [u16], usize)>;
+    /// Groups to hand on, where they go, piece size, and the pieces.
+    type Case<'a> = (Vec<u32>, Option<Owners<'a>>, usize, Vec<Piece>);
 
-    fn pieces(groups: Vec<u32>, owners: Owners<'_>, rows: usize) -> Vec<Piece> {
+    fn pieces(groups: Vec<u32>, owners: Option<Owners<'_>>, rows: usize) -> Vec<Piece> {
         let mut hand_on = HandOn::default();
         hand_on.start(|into| into.extend(groups), owners);
         let mut out = Vec::new();
@@ -113,50 +149,132 @@ mod tests {
 
     #[test]
     fn pieces_take_the_destinations_in_turns_and_never_mix_them() {
-        // Group g goes to owners[g].
-        let owners: &[u16] = &[0, 1, 0, 2, 0, 0, 1, 0];
-        let all: Vec<u32> = (0..8).collect();
-        let cases: [(Vec<u32>, Owners<'_>, usize, Vec<Piece>); 5] = [
+        // Group g goes to owners[g]; 0..5 are in subtask order, as after a
+        // renumbering, and 5.. came later.
+        let of: &[u16] = &[0, 0, 1, 1, 2, 0, 2, 1, 0];
+        let owners = |ordered_below| {
+            Some(Owners {
+                of,
+                subtasks: 3,
+                ordered_below,
+            })
+        };
+        let all: Vec<u32> = (0..9).collect();
+        let cases: [Case<'_>; 8] = [
             // Unrouted: the groups in order, in pieces.
             (
                 all.clone(),
                 None,
-                3,
+                4,
                 vec![
-                    (vec![0, 1, 2], None),
-                    (vec![3, 4, 5], None),
-                    (vec![6, 7], None),
+                    (vec![0, 1, 2, 3], None),
+                    (vec![4, 5, 6, 7], None),
+                    (vec![8], None),
                 ],
             ),
-            // Routed: one subtask at a time, each ascending.
+            // Routed, nothing known to be in order: sorted by subtask,
+            // one subtask at a time, each ascending.
             (
                 all.clone(),
-                Some((owners, 3)),
+                owners(0),
                 2,
                 vec![
-                    (vec![0, 2], Some(0)),
-                    (vec![1, 6], Some(1)),
-                    (vec![3], Some(2)),
-                    (vec![4, 5], Some(0)),
-                    (vec![7], Some(0)),
+                    (vec![0, 1], Some(0)),
+                    (vec![2, 3], Some(1)),
+                    (vec![4, 6], Some(2)),
+                    (vec![5, 8], Some(0)),
+                    (vec![7], Some(1)),
                 ],
+            ),
+            // The ordered groups' runs first, then the later groups' runs.
+            (
+                all.clone(),
+                owners(5),
+                2,
+                vec![
+                    (vec![0, 1], Some(0)),
+                    (vec![2, 3], Some(1)),
+                    (vec![4], Some(2)),
+                    (vec![5, 8], Some(0)),
+                    (vec![7], Some(1)),
+                    (vec![6], Some(2)),
+                ],
+            ),
+            // Everything ordered: no tail.
+            (
+                vec![0, 2, 3, 4],
+                owners(5),
+                1,
+                vec![
+                    (vec![0], Some(0)),
+                    (vec![2], Some(1)),
+                    (vec![4], Some(2)),
+                    (vec![3], Some(1)),
+                ],
+            ),
+            // Only later groups.
+            (
+                vec![6, 7, 8],
+                owners(5),
+                10,
+                vec![(vec![8], Some(0)), (vec![7], Some(1)), (vec![6], Some(2))],
             ),
             // A subtask without groups gets no piece.
             (
-                vec![0, 1, 2, 6],
-                Some((owners, 3)),
+                vec![0, 2, 5],
+                owners(5),
                 10,
-                vec![(vec![0, 2], Some(0)), (vec![1, 6], Some(1))],
+                vec![(vec![0], Some(0)), (vec![2], Some(1)), (vec![5], Some(0))],
             ),
-            (vec![], Some((owners, 3)), 4, vec![]),
+            (vec![], owners(5), 4, vec![]),
             (vec![], None, 4, vec![]),
         ];
         for (groups, owners, rows, expected) in cases {
             assert_eq!(
                 pieces(groups.clone(), owners, rows),
                 expected,
-                "{groups:?} by {rows}"
+                "{groups:?} by {rows}, ordered below {:?}",
+                owners.map(|o| o.ordered_below)
             );
+        }
+    }
+
+    #[test]
+    fn every_group_goes_once_to_its_subtask_whatever_part_is_ordered() {
+        // Owners ordered on a prefix of each length, random after it.
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for round in 0..300 {
+            let (len, subtasks) = (next() % 50, 1 + next() as usize % 4);
+            let ordered_below = (next() % (len + 1)) as u32;
+            let mut of: Vec<u16> = (0..len)
+                .map(|_| (next() % subtasks as u64) as u16)
+                .collect();
+            of[..ordered_below as usize].sort_unstable();
+            let groups: Vec<u32> = (0..len as u32).filter(|_| next() % 3 != 0).collect();
+            let owners = Owners {
+                of: &of,
+                subtasks,
+                ordered_below,
+            };
+            let mut seen = Vec::new();
+            for (piece, to) in pieces(groups.clone(), Some(owners), 1 + next() as usize % 5) {
+                assert!(
+                    piece.windows(2).all(|w| w[0] < w[1]),
+                    "round {round}: {piece:?} not ascending"
+                );
+                for group in piece {
+                    assert_eq!(Some(usize::from(of[group as usize])), to, "round {round}");
+                    seen.push(group);
+                }
+            }
+            seen.sort_unstable();
+            assert_eq!(seen, groups, "round {round}: each group once");
         }
     }
 

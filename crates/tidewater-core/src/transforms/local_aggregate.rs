@@ -35,7 +35,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 
 use super::aggregate::{AggregateOperator, AggregateSpec};
-use super::hand_on::HandOn;
+use super::hand_on::{HandOn, Owners};
 use super::sender_groups::Tagger;
 use crate::error::Result;
 use crate::operator::{Collector, Operator};
@@ -96,6 +96,11 @@ pub(crate) struct LocalAggregateOperator {
     /// edge after this operator routes by its keys: worked out once per
     /// group, so a hand-on neither hashes nor splits its partials.
     owners: Vec<u16>,
+    /// Groups below this number were numbered in key group order, so their
+    /// subtasks in `owners` never decrease: a hand-on finds each subtask's
+    /// run of them without sorting. Later groups take the next numbers
+    /// whatever their subtask.
+    ordered_groups: u32,
     hashes: Vec<u64>,
     /// Tags routed pieces with their group numbers, for the merge.
     tagger: Tagger,
@@ -138,6 +143,7 @@ impl LocalAggregateOperator {
             unseen_then: Vec::new(),
             hand_on: HandOn::default(),
             owners: Vec::new(),
+            ordered_groups: 0,
             hashes: Vec::new(),
             tagger: Tagger::default(),
             handed_on: false,
@@ -164,7 +170,11 @@ impl LocalAggregateOperator {
                 (&self.groups, self.handed_groups, &self.unseen_then);
             self.hand_on.start(
                 |into| groups.changed_groups(handed_groups, unseen, into),
-                subtasks.map(|count| (self.owners.as_slice(), count)),
+                subtasks.map(|subtasks| Owners {
+                    of: &self.owners,
+                    subtasks,
+                    ordered_below: self.ordered_groups,
+                }),
             );
         }
         if let Some((piece, routed_to)) = self.hand_on.next_piece(self.piece_rows)
@@ -196,9 +206,16 @@ impl LocalAggregateOperator {
             && self.handed_groups == 0
             && self.groups.group_count() >= self.renumber_min_groups
         {
-            return self
-                .groups
-                .renumber_by_key_group(routing, &mut self.owners, &mut self.hashes);
+            let routed =
+                self.groups
+                    .renumber_by_key_group(routing, &mut self.owners, &mut self.hashes)?;
+            // Each subtask owns a contiguous range of key groups, so this
+            // holds; checked once, as a wrong run would send groups astray.
+            self.ordered_groups = match self.owners.is_sorted() {
+                true => self.owners.len() as u32,
+                false => 0,
+            };
+            return Ok(routed);
         }
         self.groups
             .owners_of_groups(routing, &mut self.owners, &mut self.hashes)
@@ -211,6 +228,7 @@ impl LocalAggregateOperator {
         self.handed_groups = 0;
         self.unseen_then.clear();
         self.owners.clear();
+        self.ordered_groups = 0;
         self.groups.clear();
         self.tagger.start_over();
         Ok(())
@@ -499,9 +517,32 @@ mod tests {
         }
     }
 
+    /// Asserts that every piece is routed, at most 100 rows, and holds
+    /// only rows that `routing` sends to the subtask it went to.
+    fn assert_each_piece_goes_whole(
+        pieces: &[(RecordBatch, Option<usize>)],
+        routing: &KeyRouting,
+        key: &str,
+    ) {
+        for (piece, routed_to) in pieces {
+            let to = routed_to.expect("every piece is routed");
+            assert!(piece.num_rows() <= 100, "pieces keep their size");
+            let parts =
+                crate::partition::partition_batch(piece, &[0], &routing.groups, &mut Vec::new())
+                    .unwrap();
+            for (subtask, part) in parts.iter().enumerate() {
+                assert_eq!(
+                    part.as_ref().map(RecordBatch::num_rows),
+                    (subtask == to).then(|| piece.num_rows()),
+                    "key {key}: a piece routed to {to} has rows for subtask {subtask}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn routed_pieces_go_whole_where_the_edge_would_send_their_rows() {
-        use crate::partition::{KeyGroups, KeyRouting, partition_batch};
+        use crate::partition::{KeyGroups, KeyRouting};
         let batches: Vec<RecordBatch> = (0..6).map(|b| input(b, 500, 2_000)).collect();
         for (key, renumber_min_groups) in [("k", 0), ("s", 0), ("k", usize::MAX)] {
             let routing = KeyRouting {
@@ -525,23 +566,41 @@ mod tests {
                 pieces.extend(out.take_routed());
             }
             assert!(pieces.len() > 3, "several pieces per destination");
-            for (piece, routed_to) in &pieces {
-                let to = routed_to.expect("every piece is routed");
-                assert!(piece.num_rows() <= 100, "pieces keep their size");
-                let parts = partition_batch(piece, &[0], &routing.groups, &mut Vec::new()).unwrap();
-                for (subtask, part) in parts.iter().enumerate() {
-                    assert_eq!(
-                        part.as_ref().map(RecordBatch::num_rows),
-                        (subtask == to).then(|| piece.num_rows()),
-                        "key {key}: a piece routed to {to} has rows for subtask {subtask}"
-                    );
-                }
-            }
+            assert_each_piece_goes_whole(&pieces, &routing, key);
             if key == "k" {
                 let merged = merged(pieces.into_iter().map(|(piece, _)| piece));
                 assert_eq!(groups(&merged), groups(&one_phase(&batches)));
             }
         }
+    }
+
+    #[test]
+    fn groups_numbered_after_a_full_table_go_where_their_keys_route() {
+        use crate::partition::{KeyGroups, KeyRouting};
+        let routing = KeyRouting {
+            columns: vec!["k".into()],
+            groups: KeyGroups::new(64, 3).unwrap(),
+        };
+        let mut local =
+            LocalAggregateOperator::with_max_groups(vec!["k".into()], spec(), 700).unwrap();
+        local.piece_rows = 100;
+        local.renumber_min_groups = 0;
+        local.min_rows_per_group = 0.0; // keep pre-aggregating however few rows a key has
+        let batches: Vec<RecordBatch> = (0..8).map(|b| input(b, 500, 2_000)).collect();
+        let mut out = Collector::routed_by(Some(Arc::new(routing.clone())));
+        // A barrier numbers the groups in key group order; then the table
+        // fills and empties several times with no barrier between, so the
+        // groups of a later fill are numbered in the order their keys came.
+        local.process(batches[0].clone(), &mut out).unwrap();
+        while local.before_barrier(&mut out).unwrap() {}
+        for batch in &batches[1..] {
+            local.process(batch.clone(), &mut out).unwrap();
+        }
+        local.finish(&mut out).unwrap();
+        let pieces = out.take_routed();
+        assert_each_piece_goes_whole(&pieces, &routing, "k");
+        let merged = merged(pieces.into_iter().map(|(piece, _)| piece));
+        assert_eq!(groups(&merged), groups(&one_phase(&batches)));
     }
 
     #[test]
