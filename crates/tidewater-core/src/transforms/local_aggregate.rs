@@ -209,11 +209,13 @@ impl LocalAggregateOperator {
             let routed =
                 self.groups
                     .renumber_by_key_group(routing, &mut self.owners, &mut self.hashes)?;
-            // Each subtask owns a contiguous range of key groups, so this
-            // holds; checked once, as a wrong run would send groups astray.
-            self.ordered_groups = match self.owners.is_sorted() {
-                true => self.owners.len() as u32,
-                false => 0,
+            // Each subtask owns a contiguous range of key groups, so in key
+            // group order the subtasks never decrease. Checked once all the
+            // same: runs found on a wrong premise would send groups astray.
+            self.ordered_groups = if routed && self.owners.is_sorted() {
+                self.owners.len() as u32
+            } else {
+                0
             };
             return Ok(routed);
         }
