@@ -31,9 +31,9 @@ where
 /// they are: one pass over them, no copy. A hand-on orders here the
 /// groups not numbered in key group order (see
 /// [`HandOn::start`](super::hand_on::HandOn::start)). `spare` is the room
-/// for a copy when they are not in order.
+/// they are ordered into when they are not in order, then copied back.
 pub(crate) fn order_by_bucket(
-    ids: &mut Vec<u32>,
+    ids: &mut [u32],
     buckets: usize,
     bucket_of: impl Fn(u32) -> usize,
     spare: &mut Vec<u32>,
@@ -41,7 +41,7 @@ pub(crate) fn order_by_bucket(
     let (starts, in_order) = bucket_starts(ids.iter().copied(), buckets, &bucket_of);
     if !in_order {
         place(ids.iter().copied(), &starts, &bucket_of, spare);
-        std::mem::swap(ids, spare);
+        ids.copy_from_slice(spare);
     }
     starts
 }

@@ -13,8 +13,6 @@ use crate::transforms::counting_sort::order_by_bucket;
 /// A run of the groups to hand on, all bound for one destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
-    /// Whether the run is in the groups that came after the ordered ones.
-    tail: bool,
     /// The next group of the run not yet handed on, and the run's end.
     next: usize,
     end: usize,
@@ -37,13 +35,11 @@ pub(crate) struct Owners<'a> {
 /// A hand-on under way (see the module docs).
 #[derive(Debug, Default)]
 pub(crate) struct HandOn {
-    /// The groups to hand on below [`Owners::ordered_below`], or all of
-    /// them when unrouted: a run per destination, found without sorting.
+    /// The groups to hand on: those below [`Owners::ordered_below`] as
+    /// they came, then the others ordered by destination (after a
+    /// renumbering, only the few keys that came later).
     groups: Vec<u32>,
-    /// The groups from [`Owners::ordered_below`] on, sorted by
-    /// destination: after a renumbering, only the few keys that came later.
-    tail: Vec<u32>,
-    /// Room to order `tail` by destination, kept across hand-ons.
+    /// Room to order the groups after the ordered ones, kept across hand-ons.
     spare: Vec<u32>,
     runs: Vec<Run>,
     /// The run whose turn it is.
@@ -63,13 +59,11 @@ impl HandOn {
     /// the others are sorted by subtask, stably.
     pub(crate) fn start(&mut self, fill: impl FnOnce(&mut Vec<u32>), owners: Option<Owners<'_>>) {
         self.groups.clear();
-        self.tail.clear();
         self.runs.clear();
         self.turn = 0;
         fill(&mut self.groups);
         let Some(owners) = owners else {
             self.runs.push(Run {
-                tail: false,
                 next: 0,
                 end: self.groups.len(),
                 to: None,
@@ -81,29 +75,27 @@ impl HandOn {
         let mut from = 0;
         for subtask in 0..owners.subtasks {
             let end = from + self.groups[from..ordered].partition_point(|g| owner(*g) <= subtask);
-            self.push_run(false, from, end, subtask);
+            self.push_run(from, end, subtask);
             from = end;
         }
         debug_assert_eq!(
             from, ordered,
             "groups below ordered_below out of subtask order"
         );
-        if ordered == 0 {
-            std::mem::swap(&mut self.groups, &mut self.tail);
-        } else {
-            self.tail.extend_from_slice(&self.groups[ordered..]);
-            self.groups.truncate(ordered);
-        }
-        let starts = order_by_bucket(&mut self.tail, owners.subtasks, owner, &mut self.spare);
+        let rest = &mut self.groups[ordered..];
+        let starts = order_by_bucket(rest, owners.subtasks, owner, &mut self.spare);
         for subtask in 0..owners.subtasks {
-            self.push_run(true, starts[subtask], starts[subtask + 1], subtask);
+            self.push_run(
+                ordered + starts[subtask],
+                ordered + starts[subtask + 1],
+                subtask,
+            );
         }
     }
 
-    fn push_run(&mut self, tail: bool, next: usize, end: usize, subtask: usize) {
+    fn push_run(&mut self, next: usize, end: usize, subtask: usize) {
         if end > next {
             self.runs.push(Run {
-                tail,
                 next,
                 end,
                 to: Some(subtask),
@@ -122,8 +114,7 @@ impl HandOn {
         let run = &mut self.runs[i];
         let from = run.next;
         run.next = (from + rows.max(1)).min(run.end);
-        let groups = if run.tail { &self.tail } else { &self.groups };
-        Some((&groups[from..run.next], run.to))
+        Some((&self.groups[from..run.next], run.to))
     }
 }
 
