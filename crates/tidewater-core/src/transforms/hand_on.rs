@@ -233,12 +233,10 @@ mod tests {
     #[test]
     fn every_group_goes_once_to_its_subtask_whatever_part_is_ordered() {
         // Owners ordered on a prefix of each length, random after it.
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut drawn = 0;
         let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
+            drawn += 1;
+            crate::splitmix64(drawn)
         };
         for round in 0..300 {
             let (len, subtasks) = (next() % 50, 1 + next() as usize % 4);
