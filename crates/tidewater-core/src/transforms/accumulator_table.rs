@@ -8,6 +8,8 @@
 //! a miss: measured on count/sum/max, the row-wise layout is what the
 //! hand-written loop in the benchmarks uses.
 
+use std::ops::Range;
+
 use super::prefetch::{LOOKAHEAD, prefetch};
 
 /// A value an accumulator keeps in one 8-byte word.
@@ -96,30 +98,65 @@ impl AccumulatorTable {
         }
     }
 
-    /// Appends to `into` the groups a pre-aggregation has to hand on: every
-    /// group from `new_from` on, and each one before it whose row left the
-    /// accumulators' identities. (An older group still at its identities
-    /// adds nothing downstream, where it already exists.)
-    pub fn changed_rows(&self, new_from: usize, into: &mut Vec<u32>) {
+    /// Appends to `into`, in ascending order, the groups of `groups` a
+    /// pre-aggregation has to hand on: each from `new_from` on, and each
+    /// before it whose row left the accumulators' identities. (An older
+    /// group still at its identities adds nothing downstream, where it
+    /// already exists.) Stops once it has appended `max`, and returns
+    /// where it stopped: the group after the last one appended, or the
+    /// range's end (at most the group count) when fewer were found.
+    ///
+    /// A hand-on asks for a piece's worth at a time, just before it reads
+    /// them out (see [`hand_on`](super::hand_on)).
+    pub fn changed_rows(
+        &self,
+        groups: Range<u32>,
+        new_from: usize,
+        max: usize,
+        into: &mut Vec<u32>,
+    ) -> u32 {
+        let end = groups.end.min(self.groups() as u32);
+        let mut group = groups.start.min(end);
+        let old_end = new_from.min(end as usize).max(group as usize) as u32;
         let width = 1 << self.shift;
-        let old = new_from.min(self.groups());
         let fresh = self.fresh_row.as_slice();
         // Word by word, inlined: a slice comparison calls memcmp per row.
         let changed = |row: &[u64]| !row.iter().zip(fresh).all(|(a, b)| a == b);
+        let mut left = max;
+        if left == 0 {
+            return group;
+        }
         match &self.pending {
             None => {
-                let rows = self.words[..old << self.shift].chunks_exact(width);
-                into.extend(
-                    (0..)
-                        .zip(rows)
-                        .filter(|(_, row)| changed(row))
-                        .map(|(g, _)| g),
-                );
+                let words =
+                    &self.words[(group as usize) << self.shift..(old_end as usize) << self.shift];
+                for row in words.chunks_exact(width) {
+                    group += 1;
+                    if changed(row) {
+                        into.push(group - 1);
+                        left -= 1;
+                        if left == 0 {
+                            return group;
+                        }
+                    }
+                }
             }
-            Some(pending) => into
-                .extend((0..old as u32).filter(|g| changed(self.row(pending.order[*g as usize])))),
+            Some(pending) => {
+                while group < old_end {
+                    group += 1;
+                    if changed(self.row(pending.order[group as usize - 1])) {
+                        into.push(group - 1);
+                        left -= 1;
+                        if left == 0 {
+                            return group;
+                        }
+                    }
+                }
+            }
         }
-        into.extend(old as u32..self.groups() as u32);
+        let new = (end - group).min(u32::try_from(left).unwrap_or(u32::MAX));
+        into.extend(group..group + new);
+        group + new
     }
 
     /// The words and the row shift, for the update loops.
@@ -296,20 +333,35 @@ mod tests {
         cells[1 << shift] = 3; // group 1, first slot
         cells[(4 << shift) | 1] = 9; // group 4 (new), second slot
         let mut changed = Vec::new();
-        table.changed_rows(3, &mut changed);
+        assert_eq!(table.changed_rows(0..6, 3, usize::MAX, &mut changed), 6);
         assert_eq!(changed, vec![1, 3, 4, 5]);
+        // Found a few at a time, each search going on where the last stopped.
+        let mut parts = Vec::new();
+        for (range, max, stop, found) in [
+            (0..6, 1, 2, vec![1]),
+            (2..6, 2, 5, vec![3, 4]),
+            (5..6, 2, 6, vec![5]),
+            (6..6, 2, 6, vec![]),
+            (2..4, 5, 4, vec![3]),
+            (0..9, 0, 0, vec![]),
+            (4..u32::MAX, 9, 6, vec![4, 5]),
+        ] {
+            parts.clear();
+            let at = table.changed_rows(range.clone(), 3, max, &mut parts);
+            assert_eq!((at, &parts), (stop, &found), "{range:?}, at most {max}");
+        }
         let mut read = vec![Vec::new(); 2];
         table.columns_of(&changed, &mut read, true);
         assert_eq!(read[0], vec![3, 0, 0, 0], "read before the reset");
         assert_eq!(read[1][2], 9);
         changed.clear();
-        table.changed_rows(6, &mut changed);
+        table.changed_rows(0..6, 6, usize::MAX, &mut changed);
         assert!(
             changed.is_empty(),
             "all back at their identities: {changed:?}"
         );
         changed.clear();
-        table.changed_rows(usize::MAX, &mut changed);
+        table.changed_rows(0..u32::MAX, usize::MAX, usize::MAX, &mut changed);
         assert!(changed.is_empty(), "no group past the last one is new");
     }
 
@@ -366,7 +418,7 @@ mod tests {
         assert_eq!(read(&mut part, &[0, 1], false), vec![13, 0]);
         assert!(part.pending.is_some(), "groups 0 and 2 not reset");
         let mut changed = Vec::new();
-        part.changed_rows(4, &mut changed);
+        part.changed_rows(0..4, 4, usize::MAX, &mut changed);
         assert_eq!(changed, vec![0, 2], "read through the renumbering");
         assert_eq!(all(&part), (vec![13, 0, 10, 0], vec![7; 4]));
         part.resize(5); // moves the rows, then adds a group

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use arrow::array::RecordBatch;
 
 use super::aggregate::{AggregateOperator, AggregateSpec};
-use super::hand_on::{HandOn, Owners};
+use super::hand_on::{FindChanged, HandOn, Owners};
 use super::sender_groups::Tagger;
 use crate::error::Result;
 use crate::operator::{Collector, Operator};
@@ -90,6 +90,8 @@ pub(crate) struct LocalAggregateOperator {
     /// Per aggregate, the groups that had no value in it at the last
     /// hand-on: one that gets a value must go on even if it is an identity.
     unseen_then: Vec<Vec<u32>>,
+    /// Of those, the groups with a value now, found when a hand-on starts.
+    first_values: Vec<u32>,
     /// The hand-on under way.
     hand_on: HandOn,
     /// The downstream subtask of each group, in group order, when the
@@ -141,6 +143,7 @@ impl LocalAggregateOperator {
             restored: None,
             handed_groups: 0,
             unseen_then: Vec::new(),
+            first_values: Vec::new(),
             hand_on: HandOn::default(),
             owners: Vec::new(),
             ordered_groups: 0,
@@ -166,18 +169,20 @@ impl LocalAggregateOperator {
                 }
                 _ => None,
             };
-            let (groups, handed_groups, unseen) =
-                (&self.groups, self.handed_groups, &self.unseen_then);
+            self.first_values = self.groups.first_values_since(&self.unseen_then);
+            let count = self.groups.group_count() as u32;
             self.hand_on.start(
-                |into| groups.changed_groups(handed_groups, unseen, into),
+                count,
                 subtasks.map(|subtasks| Owners {
                     of: &self.owners,
                     subtasks,
                     ordered_below: self.ordered_groups,
                 }),
+                finder(&self.groups, self.handed_groups, &self.first_values),
             );
         }
-        if let Some((piece, routed_to)) = self.hand_on.next_piece(self.piece_rows)
+        let find = finder(&self.groups, self.handed_groups, &self.first_values);
+        if let Some((piece, routed_to)) = self.hand_on.next_piece(self.piece_rows, find)
             && let Some(batch) = self.groups.take_partials(piece)?
         {
             match routed_to {
@@ -234,6 +239,18 @@ impl LocalAggregateOperator {
         self.groups.clear();
         self.tagger.start_over();
         Ok(())
+    }
+}
+
+/// Finds the groups of a range that a hand-on takes: changed since the
+/// last one, when the group count was `handed_groups`.
+fn finder<'a>(
+    groups: &'a AggregateOperator,
+    handed_groups: usize,
+    first_values: &'a [u32],
+) -> impl FindChanged + 'a {
+    move |range, max, into: &mut Vec<u32>| {
+        groups.changed_groups(range, handed_groups, first_values, max, into)
     }
 }
 

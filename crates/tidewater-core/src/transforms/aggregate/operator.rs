@@ -1,6 +1,7 @@
 //! The keyed aggregation operator and its state: groups, their accumulators,
 //! and the batch a checkpoint stores (keys, then one column per aggregate).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, Int64Array};
@@ -170,33 +171,57 @@ impl AggregateOperator {
         Ok(RecordBatch::try_new(schema, columns)?)
     }
 
-    /// Appends to `into`, in ascending order, the groups a pre-aggregation
-    /// hands on before a barrier, given the group count (`new_from`) and
-    /// [`unseen_groups`](Self::unseen_groups) at its last hand-on: the
-    /// groups added since, the older ones whose accumulators left their
-    /// identities, and the older ones that got a first value in some
-    /// aggregate (which may be its identity: a sum of zeros).
+    /// Appends to `into`, in ascending order, the groups of `range` a
+    /// pre-aggregation hands on before a barrier, given the group count
+    /// at its last hand-on (`new_from`) and the groups that must go on
+    /// whatever their values (`first_values`, from
+    /// [`first_values_since`](Self::first_values_since)): the groups added
+    /// since, the older ones whose accumulators left their identities, and
+    /// those. Stops once it has found `max` by their values (the groups of
+    /// `first_values` it passed come on top), and returns where it stopped,
+    /// as `AccumulatorTable::changed_rows` does.
     pub(crate) fn changed_groups(
         &self,
+        range: Range<u32>,
         new_from: usize,
-        unseen_then: &[Vec<u32>],
+        first_values: &[u32],
+        max: usize,
         into: &mut Vec<u32>,
-    ) {
+    ) -> u32 {
         let Some(groups) = &self.groups else {
-            return;
+            return range.end;
         };
         let start = into.len();
-        groups.table.changed_rows(new_from, into);
-        let before = into.len();
-        for (accumulator, unseen) in groups.accumulators.iter().zip(unseen_then) {
-            into.extend(unseen.iter().filter(|g| accumulator.seen(**g)));
-        }
-        if into.len() > before {
+        let stop = groups
+            .table
+            .changed_rows(range.clone(), new_from, max, into);
+        let from = first_values.partition_point(|g| *g < range.start);
+        let to = first_values.partition_point(|g| *g < stop);
+        if to > from {
+            into.extend_from_slice(&first_values[from..to]);
             let mut changed = into.split_off(start);
             changed.sort_unstable();
             changed.dedup();
             into.extend(changed);
         }
+        stop
+    }
+
+    /// The groups, in ascending order, that had no value in some aggregate
+    /// at the last hand-on (`unseen_then`, from
+    /// [`unseen_groups`](Self::unseen_groups)) and have one now: they go
+    /// on even if the value is the aggregate's identity (a sum of zeros).
+    pub(crate) fn first_values_since(&self, unseen_then: &[Vec<u32>]) -> Vec<u32> {
+        let Some(groups) = &self.groups else {
+            return Vec::new();
+        };
+        let mut seen = Vec::new();
+        for (accumulator, unseen) in groups.accumulators.iter().zip(unseen_then) {
+            seen.extend(unseen.iter().filter(|g| accumulator.seen(**g)));
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        seen
     }
 
     /// For each aggregate, the groups that have no value in it yet (all
