@@ -126,6 +126,9 @@ impl AccumulatorTable {
         if left == 0 {
             return group;
         }
+        // The two loops are written out: one generic helper for both read
+        // about 4 ms a checkpoint slower at 1M keys (docs/benchmarks.md,
+        // fortieth session).
         match &self.pending {
             None => {
                 let words =
