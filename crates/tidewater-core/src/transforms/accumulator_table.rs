@@ -12,6 +12,10 @@ use std::ops::Range;
 
 use super::prefetch::{LOOKAHEAD, prefetch};
 
+/// Rows copied into columns, or put back to the identities, a block at a
+/// time (64 KiB of 4-word rows).
+const COPY_BLOCK_ROWS: usize = 2048;
+
 /// A value an accumulator keeps in one 8-byte word.
 pub(crate) trait Word: Copy {
     /// The value's bits.
@@ -44,8 +48,9 @@ impl Word for f64 {
 pub(crate) struct AccumulatorTable {
     words: Vec<u64>,
     shift: u32,
-    /// The words a new group starts with (each accumulator's identity).
-    fresh_row: Vec<u64>,
+    /// [`COPY_BLOCK_ROWS`] rows of the words a new group starts with (each
+    /// accumulator's identity), so that many rows are set with one copy.
+    fresh_rows: Vec<u64>,
     /// A renumbering not applied to the rows yet.
     pending: Option<Pending>,
 }
@@ -70,9 +75,14 @@ impl AccumulatorTable {
         AccumulatorTable {
             words: Vec::new(),
             shift: width.trailing_zeros(),
-            fresh_row,
+            fresh_rows: fresh_row.repeat(COPY_BLOCK_ROWS),
             pending: None,
         }
+    }
+
+    /// The words a new group starts with.
+    fn fresh_row(&self) -> &[u64] {
+        &self.fresh_rows[..1 << self.shift]
     }
 
     /// Number of groups.
@@ -94,7 +104,8 @@ impl AccumulatorTable {
         self.settle();
         self.words.reserve((groups - have) << self.shift);
         for _ in have..groups {
-            self.words.extend_from_slice(&self.fresh_row);
+            self.words
+                .extend_from_slice(&self.fresh_rows[..1 << self.shift]);
         }
     }
 
@@ -119,7 +130,7 @@ impl AccumulatorTable {
         let mut group = groups.start.min(end);
         let old_end = new_from.min(end as usize).max(group as usize) as u32;
         let width = 1 << self.shift;
-        let fresh = self.fresh_row.as_slice();
+        let fresh = self.fresh_row();
         // Word by word, inlined: a slice comparison calls memcmp per row.
         let changed = |row: &[u64]| !row.iter().zip(fresh).all(|(a, b)| a == b);
         let mut left = max;
@@ -175,14 +186,14 @@ impl AccumulatorTable {
         for column in columns.iter_mut() {
             column.reserve(groups);
         }
-        let mut push = |row: &[u64]| {
-            for (column, word) in columns.iter_mut().zip(row) {
+        let push = |row: &u32| {
+            for (column, word) in columns.iter_mut().zip(self.row(*row)) {
                 column.push(*word);
             }
         };
         match &self.pending {
-            None => self.words.chunks_exact(1 << self.shift).for_each(push),
-            Some(pending) => pending.order.iter().for_each(|r| push(self.row(*r))),
+            None => copy_columns(&self.words, self.shift, columns),
+            Some(pending) => pending.order.iter().for_each(push),
         }
     }
 
@@ -219,11 +230,14 @@ impl AccumulatorTable {
     /// `reset` putting each row back to the identities once read. With
     /// `order` (a pending renumbering), group `g`'s row is `order[g]`.
     ///
-    /// The columns are sized first and written by index: pushing each
-    /// word checked each column's capacity per row, which took about a
-    /// third longer (a hand-on's pieces, 1M rows of three slots). Rows
-    /// read through `order` land at random in the table, so the row
-    /// [`LOOKAHEAD`] groups on is asked for early.
+    /// Consecutive groups in their own order (every group of a range
+    /// changed, as when every key is updated between checkpoints) are
+    /// copied and reset a block at a time, as the whole table is. Other
+    /// rows are read one by one into columns sized first and written by
+    /// index: pushing each word checked each column's capacity per row,
+    /// which took about a third longer (a hand-on's pieces, 1M rows of
+    /// three slots). Rows read through `order` land at random in the table,
+    /// so the row [`LOOKAHEAD`] groups on is asked for early.
     fn read_rows(
         &mut self,
         groups: &[u32],
@@ -231,6 +245,19 @@ impl AccumulatorTable {
         columns: &mut [Vec<u64>],
         reset: bool,
     ) {
+        if order.is_none()
+            && let Some(rows) = consecutive(groups)
+        {
+            let words = rows.start << self.shift..rows.end << self.shift;
+            copy_columns(&self.words[words.clone()], self.shift, columns);
+            if reset {
+                let fresh = &self.fresh_rows;
+                for block in self.words[words].chunks_mut(fresh.len()) {
+                    block.copy_from_slice(&fresh[..block.len()]);
+                }
+            }
+            return;
+        }
         let width = 1usize << self.shift;
         let count = groups.len();
         let mut outs: Vec<&mut [u64]> = columns
@@ -251,7 +278,7 @@ impl AccumulatorTable {
                 out[i] = *word;
             }
             if reset {
-                row.copy_from_slice(&self.fresh_row);
+                row.copy_from_slice(&self.fresh_rows[..width]);
             }
         }
     }
@@ -304,6 +331,30 @@ impl AccumulatorTable {
     }
 }
 
+/// Appends word `slot` of each row of `rows` (rows of `1 << shift` words)
+/// to `columns[slot]`. A block of rows at a time, column by column: the
+/// block stays in the cache between its columns, and each column grows
+/// from an iterator of known length, without a capacity check per word.
+/// Pushing each word of a row in turn took about twice as long (a 1M-key
+/// snapshot, docs/benchmarks.md, forty-first session).
+fn copy_columns(rows: &[u64], shift: u32, columns: &mut [Vec<u64>]) {
+    for block in rows.chunks(COPY_BLOCK_ROWS << shift) {
+        for (slot, column) in columns.iter_mut().enumerate() {
+            column.extend(block.chunks_exact(1 << shift).map(|row| row[slot]));
+        }
+    }
+}
+
+/// `groups` as a range of rows, when each is one more than the one before.
+fn consecutive(groups: &[u32]) -> Option<Range<usize>> {
+    let first = *groups.first()? as usize;
+    let follow = groups
+        .iter()
+        .enumerate()
+        .all(|(i, &group)| group as usize == first + i);
+    follow.then_some(first..first + groups.len())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +377,76 @@ mod tests {
         assert_eq!(ints(&columns[0]), vec![0, 0, 0]);
         table.resize(2); // never shrinks
         assert_eq!(table.groups(), 3);
+    }
+
+    #[test]
+    fn columns_over_several_blocks_keep_every_row_in_order() {
+        let groups = COPY_BLOCK_ROWS * 2 + 5;
+        for slots in [1usize, 2, 3, 5] {
+            let mut table = AccumulatorTable::new(&vec![0; slots]);
+            table.resize(groups);
+            for slot in 0..slots {
+                let values = (0..groups as i64).map(|g| g * 10 + slot as i64);
+                table.set_column(slot, values);
+            }
+            let mut columns = vec![vec![7u64]; slots]; // appended after what is there
+            table.columns_into(&mut columns);
+            for (slot, column) in columns.iter().enumerate() {
+                let expected: Vec<u64> = std::iter::once(7)
+                    .chain((0..groups as u64).map(|g| g * 10 + slot as u64))
+                    .collect();
+                assert!(*column == expected, "{slots} slots, slot {slot}");
+            }
+        }
+    }
+
+    #[test]
+    fn consecutive_groups_are_read_and_reset_a_block_at_a_time() {
+        let groups = COPY_BLOCK_ROWS * 2 + 3;
+        let identities = [0, i64::MIN.to_word(), 7];
+        let mut table = AccumulatorTable::new(&identities);
+        table.resize(groups);
+        let value = |g: usize, slot: usize| (g * 3 + slot) as i64 + 1000;
+        for slot in 0..3 {
+            table.set_column(slot, (0..groups).map(|g| value(g, slot)));
+        }
+        // Every group but the first and last, then the same read again
+        // without a reset: only the rows read went back to the identities.
+        let read: Vec<u32> = (1..groups as u32 - 1).collect();
+        let mut columns = vec![Vec::new(); 3];
+        table.columns_of(&read, &mut columns, true);
+        for (slot, column) in columns.iter().enumerate() {
+            let expected: Vec<u64> = (1..groups - 1).map(|g| value(g, slot).to_word()).collect();
+            assert!(*column == expected, "slot {slot} read before the reset");
+        }
+        let mut all = vec![Vec::new(); 3];
+        table.columns_into(&mut all);
+        for (slot, column) in all.iter().enumerate() {
+            assert_eq!(column[0], value(0, slot).to_word(), "the first untouched");
+            assert_eq!(column[groups - 1], value(groups - 1, slot).to_word());
+            assert!(
+                column[1..groups - 1].iter().all(|w| *w == identities[slot]),
+                "slot {slot}: every row read is back at its identity"
+            );
+        }
+        let mut changed = Vec::new();
+        table.changed_rows(0..groups as u32, groups, usize::MAX, &mut changed);
+        assert_eq!(changed, vec![0, groups as u32 - 1]);
+    }
+
+    #[test]
+    fn only_ascending_groups_without_gaps_are_consecutive() {
+        for (groups, rows) in [
+            (vec![], None),
+            (vec![5], Some(5..6)),
+            (vec![5, 6, 7], Some(5..8)),
+            (vec![5, 7], None),
+            (vec![6, 5], None),
+            (vec![5, 6, 6], None),
+            (vec![0, 1, 2, 4], None),
+        ] {
+            assert_eq!(consecutive(&groups), rows, "{groups:?}");
+        }
     }
 
     #[test]
