@@ -186,14 +186,16 @@ impl AccumulatorTable {
         for column in columns.iter_mut() {
             column.reserve(groups);
         }
-        let push = |row: &u32| {
-            for (column, word) in columns.iter_mut().zip(self.row(*row)) {
-                column.push(*word);
-            }
-        };
         match &self.pending {
             None => copy_columns(&self.words, self.shift, columns),
-            Some(pending) => pending.order.iter().for_each(push),
+            // Rows in a pending renumbering's order: one at a time.
+            Some(pending) => {
+                for &row in &pending.order {
+                    for (column, word) in columns.iter_mut().zip(self.row(row)) {
+                        column.push(*word);
+                    }
+                }
+            }
         }
     }
 
