@@ -412,8 +412,8 @@ mod tests {
         for slot in 0..3 {
             table.set_column(slot, (0..groups).map(|g| value(g, slot)));
         }
-        // Every group but the first and last, then the same read again
-        // without a reset: only the rows read went back to the identities.
+        // Every group but the first and last, read with a reset: those
+        // rows go back to the identities, the first and last keep theirs.
         let read: Vec<u32> = (1..groups as u32 - 1).collect();
         let mut columns = vec![Vec::new(); 3];
         table.columns_of(&read, &mut columns, true);
