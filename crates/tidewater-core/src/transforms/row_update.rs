@@ -57,7 +57,8 @@ const BLOCK: usize = 32;
 /// The rows go a [`BLOCK`] at a time, and the next block's table rows are
 /// asked for while this one's are updated. Each op touches its own slot, so
 /// the order of ops within a block changes no result. An error (an integer
-/// sum that overflows) leaves the rows before it updated, as the job fails.
+/// sum that overflows) leaves some of the batch's rows applied, as one row
+/// at a time did: the job fails, and a resume starts from its checkpoint.
 pub(crate) fn update_rows(
     cells: &mut [u64],
     shift: u32,
@@ -220,16 +221,16 @@ mod tests {
     /// Rows of 8 words (shift 3) for 7 ops; every group starts at the same
     /// values, so a row updated twice or not at all shows.
     fn table(groups: usize) -> Vec<u64> {
-        let start = [
+        let row = [
             0,
             0,
             i64::MAX as u64,
             i64::MIN as u64,
             0,
             f64::INFINITY.to_bits(),
+            f64::NEG_INFINITY.to_bits(),
+            0,
         ];
-        let mut row = start.to_vec();
-        row.extend([f64::NEG_INFINITY.to_bits(), 0]);
         row.repeat(groups)
     }
 
