@@ -565,6 +565,46 @@ async fn a_connection_that_cannot_work_says_why_within_seconds() {
     );
 }
 
+/// Jobs started together against a database that has never seen tidewater
+/// all create its bookkeeping tables at once, and here their shared target
+/// table too. PostgreSQL's `CREATE TABLE IF NOT EXISTS` is not safe against
+/// itself (two creators can both pass the check and one fails on the
+/// catalog's unique index), so every sink must open, not just the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sinks_opened_at_once_on_a_new_database_all_open() {
+    use tidewater::postgres::{PostgresSink, SinkMode};
+    let Some(db) = Db::fresh("tw_sinks_at_once") else {
+        return;
+    };
+    const SINKS: usize = 8;
+    for round in 0..10 {
+        sql(
+            &db.url,
+            "DROP TABLE IF EXISTS tidewater_commits, tidewater_dead_letters",
+        );
+        let table = format!("dst_{round}");
+        let create = format!("CREATE TABLE IF NOT EXISTS {table} (id bigint PRIMARY KEY)");
+        let mut opening = tokio::task::JoinSet::new();
+        for sink in 0..SINKS {
+            let builder =
+                PostgresSink::builder(&db.url, &table, SinkMode::Upsert).create_if_missing(&create);
+            opening.spawn(async move { (sink, builder.build().await) });
+        }
+        while let Some(opened) = opening.join_next().await {
+            if let (sink, Err(error)) = opened.unwrap() {
+                panic!("round {round}: sink {sink} into {table} did not open: {error}");
+            }
+        }
+    }
+    assert_eq!(
+        one(
+            &db.url,
+            "SELECT count(*) FROM pg_tables WHERE tablename LIKE 'tidewater\\_%'"
+        ),
+        "2"
+    );
+}
+
 /// The folder of `scripts/pg.sh`'s throwaway CA and certificates.
 fn tls_dir() -> Option<PathBuf> {
     servers()?;

@@ -48,6 +48,48 @@ CREATE TABLE IF NOT EXISTS tidewater_dead_letters (
     job text NOT NULL, sink text NOT NULL, subtask int NOT NULL, target text NOT NULL,
     row jsonb NOT NULL, error text NOT NULL, at timestamptz NOT NULL DEFAULT now())";
 
+/// The advisory lock under which sinks create their tables.
+const CREATE_LOCK: i64 = 0x7469_6465_7369_6e6b; // "tidesink"
+
+/// How long a process creating tables may sit idle inside its transaction
+/// before the server ends it, releasing the lock.
+const CREATE_IDLE_LIMIT: &str = "15s";
+
+/// Runs the sink's own `create` statement, if any, then creates the
+/// bookkeeping tables when missing: in one transaction, one process at a
+/// time. `CREATE TABLE IF NOT EXISTS` is not safe against itself: two
+/// sessions can both find the table missing, and the second fails on the
+/// catalog's unique index (so jobs started together on a new database
+/// failed). The lock is transaction-scoped so that a process paused here
+/// (SIGSTOP, a frozen VM) is ended by the server after
+/// [`CREATE_IDLE_LIMIT`] instead of holding every other sink's open until
+/// it wakes.
+async fn create_tables(pool: &PgPool, create: Option<&str>) -> Result<()> {
+    let locking = |e| db_error("locking out other sinks while creating tables", e);
+    let mut tx = pool.begin().await.map_err(locking)?;
+    let limit = format!("SET LOCAL idle_in_transaction_session_timeout = '{CREATE_IDLE_LIMIT}'");
+    sqlx::query(AssertSqlSafe(limit))
+        .execute(&mut *tx)
+        .await
+        .map_err(locking)?;
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(CREATE_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(locking)?;
+    if let Some(create) = create {
+        sqlx::raw_sql(AssertSqlSafe(create.to_string()))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| db_error("creating the target table", e))?;
+    }
+    sqlx::raw_sql(BOOKKEEPING)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error("creating tidewater_commits and tidewater_dead_letters", e))?;
+    tx.commit().await.map_err(locking)
+}
+
 /// Writes record batches into a PostgreSQL table.
 ///
 /// Rows the table refuses (a constraint, a bad value) fail the job with the
@@ -131,7 +173,11 @@ impl PostgresSink {
 }
 
 impl PostgresSinkBuilder {
-    /// Runs this statement first (e.g. `CREATE TABLE IF NOT EXISTS ...`).
+    /// Runs this statement first (e.g. `CREATE TABLE IF NOT EXISTS ...`),
+    /// inside a transaction that sinks opening at the same time take in
+    /// turn, so several jobs may create the same table. A statement
+    /// PostgreSQL refuses inside a transaction block (`CREATE INDEX
+    /// CONCURRENTLY`) must be run before the job instead.
     pub fn create_if_missing(mut self, statement: &str) -> Self {
         self.create = Some(statement.to_string());
         self
@@ -177,16 +223,7 @@ impl PostgresSinkBuilder {
                     e,
                 )
             })?;
-        if let Some(create) = &self.create {
-            sqlx::raw_sql(AssertSqlSafe(create.clone()))
-                .execute(&pool)
-                .await
-                .map_err(|e| db_error("creating the target table", e))?;
-        }
-        sqlx::raw_sql(BOOKKEEPING)
-            .execute(&pool)
-            .await
-            .map_err(|e| db_error("creating tidewater_commits and tidewater_dead_letters", e))?;
+        create_tables(&pool, self.create.as_deref()).await?;
         let columns = describe(&pool, &self.table).await?;
         let key = match self.key {
             None => primary_key(&pool, &self.table).await?,

@@ -171,7 +171,8 @@ pub enum Kind {
         table: String,
         /// `upsert` or `exactly-once`.
         exactly_once: bool,
-        /// Statement run first (e.g. `CREATE TABLE IF NOT EXISTS ...`).
+        /// Statement run first (e.g. `CREATE TABLE IF NOT EXISTS ...`), in
+        /// the transaction that creates the sink's bookkeeping tables.
         create: Option<String>,
         /// Rows that may go to `tidewater_dead_letters` before the job fails.
         max_bad_rows: Option<u64>,

@@ -4,7 +4,8 @@
 //! asking for row `i + LOOKAHEAD`'s entry while row `i` is processed keeps
 //! several loads in flight instead of waiting for each.
 
-/// How many rows ahead the aggregate loops prefetch.
+/// How many rows ahead the group index and the per-accumulator loops
+/// prefetch (`row_update` asks for the next block of rows instead).
 pub(crate) const LOOKAHEAD: usize = 16;
 
 /// Starts loading `table[index]` into the cache (a no-op when out of range
