@@ -137,7 +137,7 @@ impl Pending {
             me,
             ttl,
             clock,
-            heartbeat: Vec::new(),
+            heartbeat: None,
             ending: None,
             control: None,
             recorded: Arc::new(AtomicU64::new(0)),
@@ -152,8 +152,7 @@ pub struct Supervised {
     me: Owner,
     ttl: Duration,
     clock: Arc<LeaseClock>,
-    /// The lease's renewals and the record of checkpoints and samples.
-    heartbeat: Vec<tokio::task::JoinHandle<()>>,
+    heartbeat: Option<tokio::task::JoinHandle<()>>,
     ending: Option<(Ending, Report)>,
     control: Option<JobControl>,
     /// The newest checkpoint recorded in the store.
@@ -225,8 +224,8 @@ impl Supervised {
     /// Records how the run ended (when it still holds the job) and stops
     /// the heartbeat.
     pub async fn finish(mut self) {
-        for task in self.heartbeat.drain(..) {
-            task.abort();
+        if let Some(heartbeat) = self.heartbeat.take() {
+            heartbeat.abort();
         }
         let Some((ending, report)) = self.ending.take() else {
             return;
@@ -253,56 +252,39 @@ impl RunHooks for Supervised {
     fn started(&mut self, control: &JobControl) {
         self.control = Some(control.clone());
         let (store, control, clock) = (self.store.clone(), control.clone(), self.clock.clone());
-        let (renewals, renewing) = (store.clone(), control.clone());
         let (id, epoch, me, ttl) = (self.job.id, self.job.epoch, self.me.clone(), self.ttl);
         let recorded = self.recorded.clone();
-        // The record of checkpoints and samples goes to a task of its own:
-        // a run checkpointing every 50 ms has about twenty checkpoints to
-        // write each second, one statement each, and a renewal must not
-        // wait for them (its lease is trusted for only two thirds of the ttl).
-        let (reported, mut reports) =
-            tokio::sync::watch::channel::<Option<(Report, ProgressSnapshot)>>(None);
-        let recorder = tokio::spawn(async move {
-            let mut sampled: Option<Instant> = None;
-            while reports.changed().await.is_ok() {
-                let Some((report, p)) = reports.borrow_and_update().clone() else {
-                    continue;
-                };
-                record_checkpoints(&*store, &control, id, epoch, &recorded).await;
-                if Sample::due(p.elapsed, sampled.map(|at| at.elapsed())) {
-                    sampled = Some(Instant::now());
-                    record_sample(&*store, id, &sample(&report, &p, epoch)).await;
-                }
-            }
-        });
-        let renewer = tokio::spawn(async move {
+        self.heartbeat = Some(tokio::spawn(async move {
             let mut rate = RecentRate::default();
             let mut cancelled = false;
-            // The first at once: opening the job's sources and sinks used
-            // some of the lease already, and `status` shows the run sooner.
-            let mut next = Instant::now();
+            let mut sampled: Option<Instant> = None;
+            // The first report soon, so that `status` shows the run at once.
+            let mut wait = heartbeat_interval(ttl).min(Duration::from_millis(500));
             loop {
-                // From when the last renewal was sent, not when it ended.
-                tokio::time::sleep_until(next.into()).await;
+                tokio::time::sleep(wait).await;
+                wait = heartbeat_interval(ttl);
                 let sent = Instant::now();
-                next = sent + heartbeat_interval(ttl);
-                let p = renewing.progress();
+                let p = control.progress();
                 let recent = rate.observe(&p);
                 let report = report(&p, recent);
-                match renewals.heartbeat(id, epoch, &me, ttl, &report).await {
+                match store.heartbeat(id, epoch, &me, ttl, &report).await {
                     Ok(Heartbeat::Renewed { cancel }) => {
                         clock.renewed(sent);
                         LeaseRenewed { epoch }.emit();
-                        reported.send_replace(Some((report, p)));
+                        record_checkpoints(&*store, &control, id, epoch, &recorded).await;
+                        if Sample::due(p.elapsed, sampled.map(|at| at.elapsed())) {
+                            sampled = Some(Instant::now());
+                            record_sample(&*store, id, &sample(&report, &p, epoch)).await;
+                        }
                         if let Some(discard) = cancel
                             && !cancelled
                         {
                             cancelled = true;
                             CancelSeen { discard }.emit();
                             if discard {
-                                renewing.discard();
+                                control.discard();
                             } else {
-                                renewing.cancel();
+                                control.cancel();
                             }
                         }
                     }
@@ -311,14 +293,13 @@ impl RunHooks for Supervised {
                         clock.lose(why);
                         // The savepoint this asks for is refused by the
                         // lease: the run ends at once, committing nothing.
-                        renewing.cancel();
+                        control.cancel();
                         return;
                     }
                     Err(e) => LeaseRenewFailed { error: &e }.emit(),
                 }
             }
-        });
-        self.heartbeat = vec![renewer, recorder];
+        }));
     }
 
     fn ended(&mut self, outcome: &tidewater_core::Result<Outcome>, last: &ProgressSnapshot) {
