@@ -87,7 +87,9 @@ async fn create_tables(pool: &PgPool, create: Option<&str>) -> Result<()> {
         .execute(&mut *tx)
         .await
         .map_err(|e| db_error("creating tidewater_commits and tidewater_dead_letters", e))?;
-    tx.commit().await.map_err(locking)
+    tx.commit()
+        .await
+        .map_err(|e| db_error("committing the created tables", e))
 }
 
 /// Writes record batches into a PostgreSQL table.
