@@ -216,11 +216,20 @@ impl InternalEvent for SampleNotRecorded<'_> {
 pub struct LeaseRenewed {
     /// The lease's epoch.
     pub epoch: u64,
+    /// How much later than planned the heartbeat woke (a busy process).
+    pub late: std::time::Duration,
+    /// How long the store took to answer.
+    pub took: std::time::Duration,
 }
 
 impl InternalEvent for LeaseRenewed {
     fn emit(self) {
-        tracing::debug!(epoch = self.epoch, "lease renewed");
+        tracing::debug!(
+            epoch = self.epoch,
+            late_ms = self.late.as_millis() as u64,
+            took_ms = self.took.as_millis() as u64,
+            "lease renewed"
+        );
         metrics::counter!("tidewater_lease_renewals_total").increment(1);
     }
 }

@@ -67,8 +67,9 @@ pub struct Request<'a> {
     pub key: Option<&'a str>,
 }
 
-/// Submits the job, or finds it: nothing is opened or leased yet, so a
-/// submission that finds an earlier one touches nothing else.
+/// Submits the job to `store` (opened from `url`), or finds it: nothing is
+/// opened or leased yet, so a submission that finds an earlier one touches
+/// nothing else.
 pub async fn submit(
     store: Arc<dyn JobStore>,
     url: &str,
@@ -122,7 +123,7 @@ impl Pending {
             id: job.id,
             name: &job.name,
             epoch: job.epoch,
-            store: &self.url,
+            store: &tidewater_core::redact_url(&self.url),
         }
         .emit();
         let clock = Arc::new(LeaseClock::new(
@@ -133,6 +134,7 @@ impl Pending {
         ));
         Ok(Supervised {
             store: self.store,
+            url: self.url,
             job,
             me,
             ttl,
@@ -148,11 +150,13 @@ impl Pending {
 /// A run holding its job's lease.
 pub struct Supervised {
     store: Arc<dyn JobStore>,
+    /// The store's URL, for the heartbeat's own connection.
+    url: String,
     job: JobRecord,
     me: Owner,
     ttl: Duration,
     clock: Arc<LeaseClock>,
-    heartbeat: Option<tokio::task::JoinHandle<()>>,
+    heartbeat: Option<HeartbeatThread>,
     ending: Option<(Ending, Report)>,
     control: Option<JobControl>,
     /// The newest checkpoint recorded in the store.
@@ -210,6 +214,147 @@ fn heartbeat_interval(ttl: Duration) -> Duration {
     tidewater_jobs::lease::renewal_interval(ttl).min(Duration::from_secs(2))
 }
 
+/// What the heartbeat needs: the store to renew in, the run it reports on.
+struct Beat {
+    /// The store's URL: the heartbeat opens a connection of its own.
+    url: String,
+    control: JobControl,
+    clock: Arc<LeaseClock>,
+    id: tidewater_jobs::JobId,
+    epoch: u64,
+    me: Owner,
+    ttl: Duration,
+    recorded: Arc<AtomicU64>,
+}
+
+/// The heartbeat, on an OS thread with a runtime and a store connection of
+/// its own: a job that keeps the run's tokio workers busy (decoding a large
+/// restore, say) would otherwise delay its timer and its store's I/O, and a
+/// renewal late by two thirds of the ttl loses the lease of a healthy run.
+struct HeartbeatThread {
+    /// Dropped or sent: the heartbeat stops.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// Closed when the thread ends.
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl HeartbeatThread {
+    fn start(beat: Beat) -> HeartbeatThread {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ended, done) = tokio::sync::oneshot::channel::<()>();
+        let spawned = std::thread::Builder::new()
+            .name("tidewater-heartbeat".into())
+            .spawn(move || {
+                let _ended = ended;
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(async move {
+                        tokio::select! {
+                            _ = beat.run() => {}
+                            _ = stopped => {}
+                        }
+                    }),
+                    Err(e) => LeaseRenewFailed { error: &e }.emit(),
+                }
+            });
+        if let Err(e) = spawned {
+            // No renewals: the lease's deadline stops the run's commits.
+            LeaseRenewFailed { error: &e }.emit();
+        }
+        HeartbeatThread {
+            stop: Some(stop),
+            done,
+        }
+    }
+
+    /// Stops the heartbeat and waits until it has (a renewal under way is
+    /// dropped).
+    async fn stop(mut self) {
+        drop(self.stop.take());
+        let _ = (&mut self.done).await;
+    }
+}
+
+impl Beat {
+    /// Renews the lease, reports progress and brings cancels, every
+    /// [`heartbeat_interval`], until the store says the lease is gone.
+    async fn run(self) {
+        let Beat {
+            url,
+            control,
+            clock,
+            id,
+            epoch,
+            me,
+            ttl,
+            recorded,
+        } = self;
+        let mut store: Option<Box<dyn JobStore>> = None;
+        let mut rate = RecentRate::default();
+        let mut cancelled = false;
+        let mut sampled: Option<Instant> = None;
+        // The first report soon, so that `status` shows the run at once.
+        let mut wait = heartbeat_interval(ttl).min(Duration::from_millis(500));
+        loop {
+            let planned = Instant::now() + wait;
+            tokio::time::sleep(wait).await;
+            wait = heartbeat_interval(ttl);
+            let sent = Instant::now();
+            let store = match &store {
+                Some(store) => store,
+                None => match tidewater_jobs::open(&url).await {
+                    Ok(opened) => store.insert(opened),
+                    Err(e) => {
+                        LeaseRenewFailed { error: &e }.emit();
+                        continue;
+                    }
+                },
+            };
+            let p = control.progress();
+            let recent = rate.observe(&p);
+            let report = report(&p, recent);
+            match store.heartbeat(id, epoch, &me, ttl, &report).await {
+                Ok(Heartbeat::Renewed { cancel }) => {
+                    clock.renewed(sent);
+                    LeaseRenewed {
+                        epoch,
+                        late: sent.saturating_duration_since(planned),
+                        took: sent.elapsed(),
+                    }
+                    .emit();
+                    record_checkpoints(&**store, &control, id, epoch, &recorded).await;
+                    if Sample::due(p.elapsed, sampled.map(|at| at.elapsed())) {
+                        sampled = Some(Instant::now());
+                        record_sample(&**store, id, &sample(&report, &p, epoch)).await;
+                    }
+                    if let Some(discard) = cancel
+                        && !cancelled
+                    {
+                        cancelled = true;
+                        CancelSeen { discard }.emit();
+                        if discard {
+                            control.discard();
+                        } else {
+                            control.cancel();
+                        }
+                    }
+                }
+                Ok(Heartbeat::Lost(why)) => {
+                    LeaseLost { why: &why }.emit();
+                    clock.lose(why);
+                    // The savepoint this asks for is refused by the
+                    // lease: the run ends at once, committing nothing.
+                    control.cancel();
+                    return;
+                }
+                Err(e) => LeaseRenewFailed { error: &e }.emit(),
+            }
+        }
+    }
+}
+
 impl Supervised {
     /// The lease, for the job's configuration.
     pub fn lease(&self) -> Arc<LeaseClock> {
@@ -225,7 +370,7 @@ impl Supervised {
     /// the heartbeat.
     pub async fn finish(mut self) {
         if let Some(heartbeat) = self.heartbeat.take() {
-            heartbeat.abort();
+            heartbeat.stop().await;
         }
         let Some((ending, report)) = self.ending.take() else {
             return;
@@ -251,55 +396,17 @@ impl Supervised {
 impl RunHooks for Supervised {
     fn started(&mut self, control: &JobControl) {
         self.control = Some(control.clone());
-        let (store, control, clock) = (self.store.clone(), control.clone(), self.clock.clone());
-        let (id, epoch, me, ttl) = (self.job.id, self.job.epoch, self.me.clone(), self.ttl);
-        let recorded = self.recorded.clone();
-        self.heartbeat = Some(tokio::spawn(async move {
-            let mut rate = RecentRate::default();
-            let mut cancelled = false;
-            let mut sampled: Option<Instant> = None;
-            // The first report soon, so that `status` shows the run at once.
-            let mut wait = heartbeat_interval(ttl).min(Duration::from_millis(500));
-            loop {
-                tokio::time::sleep(wait).await;
-                wait = heartbeat_interval(ttl);
-                let sent = Instant::now();
-                let p = control.progress();
-                let recent = rate.observe(&p);
-                let report = report(&p, recent);
-                match store.heartbeat(id, epoch, &me, ttl, &report).await {
-                    Ok(Heartbeat::Renewed { cancel }) => {
-                        clock.renewed(sent);
-                        LeaseRenewed { epoch }.emit();
-                        record_checkpoints(&*store, &control, id, epoch, &recorded).await;
-                        if Sample::due(p.elapsed, sampled.map(|at| at.elapsed())) {
-                            sampled = Some(Instant::now());
-                            record_sample(&*store, id, &sample(&report, &p, epoch)).await;
-                        }
-                        if let Some(discard) = cancel
-                            && !cancelled
-                        {
-                            cancelled = true;
-                            CancelSeen { discard }.emit();
-                            if discard {
-                                control.discard();
-                            } else {
-                                control.cancel();
-                            }
-                        }
-                    }
-                    Ok(Heartbeat::Lost(why)) => {
-                        LeaseLost { why: &why }.emit();
-                        clock.lose(why);
-                        // The savepoint this asks for is refused by the
-                        // lease: the run ends at once, committing nothing.
-                        control.cancel();
-                        return;
-                    }
-                    Err(e) => LeaseRenewFailed { error: &e }.emit(),
-                }
-            }
-        }));
+        let beat = Beat {
+            url: self.url.clone(),
+            control: control.clone(),
+            clock: self.clock.clone(),
+            id: self.job.id,
+            epoch: self.job.epoch,
+            me: self.me.clone(),
+            ttl: self.ttl,
+            recorded: self.recorded.clone(),
+        };
+        self.heartbeat = Some(HeartbeatThread::start(beat));
     }
 
     fn ended(&mut self, outcome: &tidewater_core::Result<Outcome>, last: &ProgressSnapshot) {
@@ -332,5 +439,65 @@ fn report(p: &ProgressSnapshot, rate: Option<f64>) -> Report {
         exposure_rows: p.exposure_rows,
         exposure_ms: p.exposure.as_millis() as u64,
         throttle: (!p.throttled_by.is_empty()).then(|| p.throttled_by.join(", ")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::RunHooks;
+
+    /// A job that keeps the run's only tokio worker busy for three times
+    /// as long as its lease is trusted still holds the lease: the heartbeat
+    /// renews on a thread of its own.
+    #[test]
+    fn a_run_whose_workers_are_busy_keeps_its_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str| dir.path().join(name).display().to_string();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let url = format!("sqlite://{}", at("jobs.sqlite"));
+            let store: Arc<dyn JobStore> = Arc::from(tidewater_jobs::open(&url).await.unwrap());
+            let text = format!(
+                "[job]\nname = \"busy\"\nstate = \"{}\"\n\n\
+                 [sources.gen]\ntype = \"generator\"\nrows = 1_000_000\nkeys = 10\n\
+                 rate_limit = 1000\n\n\
+                 [sinks.out]\ninputs = [\"gen\"]\ntype = \"parquet\"\npath = \"{}\"\n",
+                at("state"),
+                at("out")
+            );
+            let spec = crate::spec::Spec::parse("busy.toml", &text, &|_| None).unwrap();
+            let request = Request {
+                name: "busy",
+                state_url: &at("state"),
+                spec: &text,
+                spec_path: std::path::Path::new("busy.toml"),
+                key: None,
+            };
+            let Admission::Run(pending) = submit(store, &url, request).await.unwrap() else {
+                panic!("a new job is run");
+            };
+            // Trusted for 1.33 s, renewed every 500 ms.
+            let ttl = Duration::from_secs(2);
+            let mut supervised = pending.lease(ttl, 0, false).await.unwrap();
+            let job = crate::build::build(&spec, 1).await.unwrap();
+            let location = tidewater_core::open_location(&at("state")).unwrap();
+            let config =
+                tidewater_core::JobConfig::with_location(location).lease(supervised.lease());
+            let handle = job.start(config);
+            let control = handle.control();
+            supervised.started(&control);
+            // The only worker of the run's runtime is busy for 4 s.
+            std::thread::sleep(Duration::from_secs(4));
+            let lease = supervised.lease();
+            let held = tidewater_core::Lease::check(&*lease);
+            control.discard();
+            let _ = handle.join().await;
+            supervised.finish().await;
+            held.expect("the lease is held after the run's workers were busy");
+        });
     }
 }

@@ -97,7 +97,7 @@ pub async fn run(command: RunCommand) -> anyhow::Result<ExitCode> {
         spec.job.checkpoint_interval = interval.0;
     }
     let parallelism = command.parallelism.unwrap_or(spec.job.parallelism);
-    let url = tidewater_core::redact_url(&command.store.url());
+    let url = command.store.url();
     let store = command.store.open().await?;
     let server = match command.http.addr {
         Some(addr) => {

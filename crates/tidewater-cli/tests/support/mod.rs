@@ -20,8 +20,10 @@ pub fn test_store() -> String {
 
 pub fn tidewater() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tidewater"));
+    // The lease's renewals (debug) are logged too: a run that loses its
+    // lease shows how late each renewal woke and how long the store took.
     command
-        .env("RUST_LOG", "info")
+        .env("RUST_LOG", "info,tidewater_cli::events=debug")
         .env("NO_COLOR", "1")
         .env("TIDEWATER_STORE", test_store())
         .stdin(Stdio::null());
