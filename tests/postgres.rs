@@ -605,6 +605,73 @@ async fn sinks_opened_at_once_on_a_new_database_all_open() {
     );
 }
 
+/// A sink whose session the server ends while it waits to create its
+/// tables (as it ends the session of a process paused in that transaction
+/// past its idle limit) creates them again on a new connection, instead of
+/// failing the job's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_whose_session_is_ended_while_creating_tables_opens_anyway() {
+    use tidewater::postgres::{PostgresSink, SinkMode};
+    let Some(db) = Db::fresh("tw_sink_session_ended") else {
+        return;
+    };
+    // The sinks' creation lock ("tidesink"), held by another session.
+    const LOCK: i64 = 0x7469_6465_7369_6e6b;
+    let mut holder = Command::new("psql")
+        .env("PGAPPNAME", "lock-holder")
+        .args([
+            db.url.as_str(),
+            "-Xqc",
+            &format!("BEGIN; SELECT pg_advisory_xact_lock({LOCK}); SELECT pg_sleep(120)"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("running psql");
+    let waiting_until = |what: &str, query: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let found = one(&db.url, query);
+            if !found.is_empty() {
+                return found;
+            }
+            assert!(Instant::now() < deadline, "no {what} in 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    waiting_until(
+        "lock held",
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted",
+    );
+    let opening = tokio::spawn(
+        PostgresSink::builder(&db.url, "dst", SinkMode::Upsert)
+            .create_if_missing("CREATE TABLE IF NOT EXISTS dst (id bigint PRIMARY KEY)")
+            .build(),
+    );
+    let waiter = waiting_until(
+        "sink waiting for the lock",
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+    );
+    sql(&db.url, &format!("SELECT pg_terminate_backend({waiter})"));
+    sql(
+        &db.url,
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE application_name = 'lock-holder'",
+    );
+    let _ = holder.wait();
+    if let Err(error) = opening.await.unwrap() {
+        panic!("the sink did not open: {error}");
+    }
+    assert_eq!(
+        one(
+            &db.url,
+            "SELECT count(*) FROM pg_tables WHERE tablename IN \
+             ('dst', 'tidewater_commits', 'tidewater_dead_letters')"
+        ),
+        "3"
+    );
+}
+
 /// The folder of `scripts/pg.sh`'s throwaway CA and certificates.
 fn tls_dir() -> Option<PathBuf> {
     servers()?;

@@ -18,8 +18,11 @@ pub fn db_error(what: &str, error: sqlx::Error) -> Error {
     ) || error
         .as_database_error()
         .and_then(|d| d.code())
-        // Class 08: connection exceptions; 57P01: admin shutdown / terminated; 40001: serialization.
-        .is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "40001" || c == "40P01");
+        // Class 08: connection exceptions; 57P01: admin shutdown / terminated; 25P03: ended
+        // idle in a transaction; 40001: serialization.
+        .is_some_and(|c| {
+            c.starts_with("08") || ["57P01", "25P03", "40001", "40P01"].contains(&c.as_ref())
+        });
     let advice = match error.as_database_error().and_then(|d| d.code()).as_deref() {
         Some("57014") if error.to_string().contains("statement timeout") => {
             "; a query ran longer than `statement_timeout`: raise it (a spec's \
@@ -49,7 +52,9 @@ pub fn is_row_error(error: &sqlx::Error) -> bool {
         .is_some_and(|c| c.starts_with("22") || c.starts_with("23"))
 }
 
-/// Whether the error means the connection is gone and the operation may be retried.
+/// Whether the error means the connection is gone and the operation may be
+/// retried (25P03: the server ended a session that sat idle in a
+/// transaction, as one of a paused process does).
 pub fn is_connection_error(error: &sqlx::Error) -> bool {
     matches!(
         error,
@@ -57,7 +62,7 @@ pub fn is_connection_error(error: &sqlx::Error) -> bool {
     ) || error
         .as_database_error()
         .and_then(|d| d.code())
-        .is_some_and(|c| c.starts_with("08") || c == "57P01")
+        .is_some_and(|c| c.starts_with("08") || c == "57P01" || c == "25P03")
 }
 
 /// "constraint \"name\"" when the database named one.

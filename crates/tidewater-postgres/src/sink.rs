@@ -55,6 +55,10 @@ const CREATE_LOCK: i64 = 0x7469_6465_7369_6e6b; // "tidesink"
 /// before the server ends it, releasing the lock.
 const CREATE_IDLE_LIMIT: &str = "15s";
 
+/// How often the creation is tried when the server ends its session
+/// (a process that woke after the idle limit finds its session gone).
+const CREATE_ATTEMPTS: u32 = 3;
+
 /// Runs the sink's own `create` statement, if any, then creates the
 /// bookkeeping tables when missing: in one transaction, one process at a
 /// time. `CREATE TABLE IF NOT EXISTS` is not safe against itself: two
@@ -63,9 +67,26 @@ const CREATE_IDLE_LIMIT: &str = "15s";
 /// failed). The lock is transaction-scoped so that a process paused here
 /// (SIGSTOP, a frozen VM) is ended by the server after
 /// [`CREATE_IDLE_LIMIT`] instead of holding every other sink's open until
-/// it wakes.
+/// it wakes; once woken, it creates them again on a new connection.
 async fn create_tables(pool: &PgPool, create: Option<&str>) -> Result<()> {
-    let locking = |e| db_error("locking out other sinks while creating tables", e);
+    let mut attempt = 1;
+    loop {
+        match create_tables_once(pool, create).await {
+            // Ended by the server (this process paused past the idle limit,
+            // say): nothing was created, so it is done again on a new
+            // connection.
+            Err((_, e)) if attempt < CREATE_ATTEMPTS && is_connection_error(&e) => attempt += 1,
+            result => return result.map_err(|(what, e)| db_error(what, e)),
+        }
+    }
+}
+
+/// One attempt of [`create_tables`]; a failure names its step.
+async fn create_tables_once(
+    pool: &PgPool,
+    create: Option<&str>,
+) -> std::result::Result<(), (&'static str, sqlx::Error)> {
+    let locking = |e| ("locking out other sinks while creating tables", e);
     let mut tx = pool.begin().await.map_err(locking)?;
     let limit = format!("SET LOCAL idle_in_transaction_session_timeout = '{CREATE_IDLE_LIMIT}'");
     sqlx::query(AssertSqlSafe(limit))
@@ -81,15 +102,15 @@ async fn create_tables(pool: &PgPool, create: Option<&str>) -> Result<()> {
         sqlx::raw_sql(AssertSqlSafe(create.to_string()))
             .execute(&mut *tx)
             .await
-            .map_err(|e| db_error("creating the target table", e))?;
+            .map_err(|e| ("creating the target table", e))?;
     }
     sqlx::raw_sql(BOOKKEEPING)
         .execute(&mut *tx)
         .await
-        .map_err(|e| db_error("creating tidewater_commits and tidewater_dead_letters", e))?;
+        .map_err(|e| ("creating tidewater_commits and tidewater_dead_letters", e))?;
     tx.commit()
         .await
-        .map_err(|e| db_error("committing the created tables", e))
+        .map_err(|e| ("committing the created tables", e))
 }
 
 /// Writes record batches into a PostgreSQL table.
