@@ -100,6 +100,26 @@ impl InternalEvent for LeaseRenewFailed<'_> {
     }
 }
 
+/// The lease's heartbeat could not start (no thread or runtime for it):
+/// nothing renews the lease, so the run stops committing when it may have
+/// run out.
+#[derive(Debug)]
+pub struct HeartbeatNotStarted<'a> {
+    /// Why.
+    pub error: &'a (dyn std::error::Error + 'a),
+}
+
+impl InternalEvent for HeartbeatNotStarted<'_> {
+    fn emit(self) {
+        warn!(
+            "the lease's heartbeat could not start: {}; nothing renews the lease, so the run \
+             stops committing before it may run out and a later run resumes the job",
+            self.error
+        );
+        metrics::counter!("tidewater_lease_renewal_failures_total").increment(1);
+    }
+}
+
 /// The job store says the lease is no longer this run's.
 #[derive(Debug)]
 pub struct LeaseLost<'a> {

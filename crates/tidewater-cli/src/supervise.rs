@@ -15,8 +15,8 @@ use tidewater_jobs::{
 };
 
 use crate::events::{
-    CancelSeen, CheckpointsNotRecorded, JobEndNotRecorded, LeaseLost, LeaseRenewFailed,
-    LeaseRenewed, LeaseTaken, SampleNotRecorded,
+    CancelSeen, CheckpointsNotRecorded, HeartbeatNotStarted, JobEndNotRecorded, LeaseLost,
+    LeaseRenewFailed, LeaseRenewed, LeaseTaken, SampleNotRecorded,
 };
 use crate::progress::{RecentRate, eta_seconds};
 use crate::runner::RunHooks;
@@ -256,12 +256,12 @@ impl HeartbeatThread {
                             _ = stopped => {}
                         }
                     }),
-                    Err(e) => LeaseRenewFailed { error: &e }.emit(),
+                    Err(e) => HeartbeatNotStarted { error: &e }.emit(),
                 }
             });
         if let Err(e) = spawned {
             // No renewals: the lease's deadline stops the run's commits.
-            LeaseRenewFailed { error: &e }.emit();
+            HeartbeatNotStarted { error: &e }.emit();
         }
         HeartbeatThread {
             stop: Some(stop),
