@@ -281,16 +281,7 @@ impl Beat {
     /// Renews the lease, reports progress and brings cancels, every
     /// [`heartbeat_interval`], until the store says the lease is gone.
     async fn run(self) {
-        let Beat {
-            url,
-            control,
-            clock,
-            id,
-            epoch,
-            me,
-            ttl,
-            recorded,
-        } = self;
+        let (control, id, epoch, ttl) = (&self.control, self.id, self.epoch, self.ttl);
         let mut store: Option<Box<dyn JobStore>> = None;
         let mut rate = RecentRate::default();
         let mut cancelled = false;
@@ -304,7 +295,7 @@ impl Beat {
             let sent = Instant::now();
             let store = match &store {
                 Some(store) => store,
-                None => match tidewater_jobs::open(&url).await {
+                None => match tidewater_jobs::open(&self.url).await {
                     Ok(opened) => store.insert(opened),
                     Err(e) => {
                         LeaseRenewFailed { error: &e }.emit();
@@ -315,16 +306,16 @@ impl Beat {
             let p = control.progress();
             let recent = rate.observe(&p);
             let report = report(&p, recent);
-            match store.heartbeat(id, epoch, &me, ttl, &report).await {
+            match store.heartbeat(id, epoch, &self.me, ttl, &report).await {
                 Ok(Heartbeat::Renewed { cancel }) => {
-                    clock.renewed(sent);
+                    self.clock.renewed(sent);
                     LeaseRenewed {
                         epoch,
                         late: sent.saturating_duration_since(planned),
                         took: sent.elapsed(),
                     }
                     .emit();
-                    record_checkpoints(&**store, &control, id, epoch, &recorded).await;
+                    record_checkpoints(&**store, control, id, epoch, &self.recorded).await;
                     if Sample::due(p.elapsed, sampled.map(|at| at.elapsed())) {
                         sampled = Some(Instant::now());
                         record_sample(&**store, id, &sample(&report, &p, epoch)).await;
@@ -343,7 +334,7 @@ impl Beat {
                 }
                 Ok(Heartbeat::Lost(why)) => {
                     LeaseLost { why: &why }.emit();
-                    clock.lose(why);
+                    self.clock.lose(why);
                     // The savepoint this asks for is refused by the
                     // lease: the run ends at once, committing nothing.
                     control.cancel();
